@@ -1,0 +1,85 @@
+"""The ``normzoo`` command line. Commands import heavy modules (torch, Lightning) inside their
+bodies, so ``normzoo --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from normzoo import __version__
+from normzoo.errors import NormzooError
+
+app = typer.Typer(
+    name="normzoo",
+    help="Train Transformers with any residual scheme and norm, and measure what the choice does.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def fail(error: NormzooError) -> typer.Exit:
+    """Print a user error without a traceback and return the exit to raise."""
+    typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+    return typer.Exit(error.exit_code)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        typer.echo(f"normzoo {__version__}")
+        raise typer.Exit()
+
+
+@app.command("list")
+def list_plugins(
+    kind: str = typer.Argument("all", help="What to list: all, norms or residuals."),
+) -> None:
+    """List every registered norm and residual scheme, with its distribution and version.
+
+    Plugins that fail to import, or whose name two distributions claim, are shown as broken.
+    """
+    from normzoo import registry
+    from normzoo.registry import first_doc_line
+
+    groups = {"norms": [registry.norms], "residuals": [registry.residuals]}
+    groups["all"] = groups["norms"] + groups["residuals"]
+    if kind not in groups:
+        raise fail(NormzooError(f"unknown kind '{kind}'; use all, norms or residuals"))
+    broken = 0
+    for reg in groups[kind]:
+        entries = reg.entries(load=True)
+        typer.secho(f"{reg.kind}s ({reg.group})", bold=True)
+        width = max((len(e.info.name) for e in entries), default=4)
+        for e in entries:
+            source = f"{e.info.distribution} {e.info.version}"
+            if e.rivals:
+                broken += 1
+                others = ", ".join(f"{r.distribution} {r.version}" for r in e.rivals)
+                status = typer.style(f"CONFLICT: also registered by {others}", fg="red")
+            elif e.error is not None:
+                broken += 1
+                status = typer.style(f"BROKEN: {e.error}", fg="red")
+            else:
+                status = first_doc_line(e.obj)
+            typer.echo(f"  {e.info.name:<{width}}  {source:<22}  {status}")
+        typer.echo("")
+    if broken:
+        typer.echo(f"{broken} plugin(s) cannot be used until fixed; the others work.")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except NormzooError as error:  # raised outside a command's own handling
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        sys.exit(error.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""The ``model`` section of a recipe: a plain, validated description of one Transformer.
+
+``norm`` and ``residual`` name registry entries, either as a bare name (``residual: deepnorm``)
+or as a mapping with options (``residual: {name: mixln, post_fraction: 0.25}``). Only the
+structure is checked here; names and options are checked against the registry by
+:func:`normzoo.models.assemble.check`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from normzoo.errors import ConfigError, Problem
+from normzoo.options import pydantic_problems
+
+
+class Component(BaseModel):
+    """A registry name plus its options (every other key of the mapping)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    def __str__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{self.name}({opts})" if opts else self.name
+
+
+Probability = pydantic.confloat(ge=0.0, lt=1.0)
+
+
+class ModelConfig(BaseModel):
+    """Sizes and choices of one model. Defaults are Transformer-base (Vaswani et al. 2017)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: Literal["encoder", "decoder", "encoder_decoder"] = "encoder_decoder"
+    vocab_size: int | None = Field(default=None, gt=0, description="set from the tokenizer")
+    d_model: int = Field(default=512, gt=0)
+    heads: int = Field(default=8, gt=0)
+    ffn_dim: int = Field(default=2048, gt=0)
+    encoder_layers: int = Field(default=6, ge=0)
+    decoder_layers: int = Field(default=6, ge=0)
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.0
+    activation_dropout: Probability = 0.0
+    activation: Literal["relu", "gelu", "silu", "swiglu", "geglu"] = "relu"
+    norm: Component = Component(name="layernorm")
+    residual: Component = Component(name="pre")
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = Field(default=1024, gt=0)
+    fused_qkv: bool = True
+    bias: bool = True
+    tie_output: bool = Field(default=True, description="output projection = token embedding")
+    share_embeddings: bool = Field(
+        default=True, description="encoder and decoder share one embedding (joint vocabulary)"
+    )
+    pad_id: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        problems = []
+        if self.d_model % self.heads:
+            problems.append(
+                Problem("d_model", f"{self.d_model} is not divisible by heads={self.heads}")
+            )
+        if self.family in ("encoder", "encoder_decoder") and self.encoder_layers < 1:
+            problems.append(Problem("encoder_layers", f"a {self.family} model needs at least 1"))
+        if self.family in ("decoder", "encoder_decoder") and self.decoder_layers < 1:
+            problems.append(Problem("decoder_layers", f"a {self.family} model needs at least 1"))
+        if self.vocab_size is not None and self.pad_id >= self.vocab_size:
+            problems.append(
+                Problem("pad_id", f"{self.pad_id} is outside the vocabulary ({self.vocab_size})")
+            )
+        if problems:
+            # pydantic wraps ValueErrors; raise ours from parse() instead, with all problems.
+            raise ValueError(ConfigError(problems))
+        return self
+
+    @property
+    def encoder_depth(self) -> int:
+        """N: encoder layers this family actually has."""
+        return self.encoder_layers if self.family != "decoder" else 0
+
+    @property
+    def decoder_depth(self) -> int:
+        """M: decoder layers this family actually has."""
+        return self.decoder_layers if self.family != "encoder" else 0
+
+    @classmethod
+    def parse(cls, data: ModelConfig | dict[str, Any], prefix: str = "model") -> ModelConfig:
+        """Validate ``data``; every problem is reported at once under ``prefix``."""
+        if isinstance(data, ModelConfig):
+            return data
+        try:
+            return cls.model_validate(data)
+        except pydantic.ValidationError as error:
+            problems = []
+            for item in error.errors():
+                inner = item.get("ctx", {}).get("error")
+                inner = inner.args[0] if isinstance(inner, ValueError) and inner.args else inner
+                if isinstance(inner, ConfigError):
+                    problems += inner.prefixed(prefix).problems
+            if not problems:
+                problems = pydantic_problems(error, prefix, cls)
+            raise ConfigError(problems) from None

@@ -1,0 +1,145 @@
+"""Scheme-agnostic Transformer layers: which sublayers, in which order; the scheme does the rest.
+
+A layer never looks at which scheme it holds: it asks the scheme for one residual connection per
+sublayer, for inner norms, and for the initialisation of each sublayer's weights by role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from normzoo.nn.attention import LayerCache, MultiheadAttention
+from normzoo.nn.feedforward import FeedForward
+from normzoo.residual.base import ResidualScheme, Site, StackInfo, Stream, SublayerKind
+
+NormMaker = Callable[[int], nn.Module]  # width -> a fresh norm
+
+
+def _prefixed(roles: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {f"{prefix}{role}": weight for role, weight in roles.items()}
+
+
+class SublayerBuilder:
+    """Builds the sublayers of one stack from the model's sizes, norm and scheme."""
+
+    def __init__(
+        self,
+        scheme: ResidualScheme,
+        stack: StackInfo,
+        make_norm: NormMaker,
+        *,
+        heads: int,
+        ffn_dim: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        fused_qkv: bool,
+        bias: bool,
+    ) -> None:
+        self.scheme, self.stack, self.make_norm = scheme, stack, make_norm
+        self.heads, self.ffn_dim, self.dropout = heads, ffn_dim, dropout
+        self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
+        self.activation, self.fused_qkv, self.bias = activation, fused_qkv, bias
+
+    def _inner(self, site: Site, width: int) -> nn.Module | None:
+        return self.make_norm(width) if self.scheme.inner_norm(site) else None
+
+    def residual(self, site: Site) -> nn.Module:
+        dim = self.stack.dim
+        return self.scheme.residual(site, lambda: self.make_norm(dim))
+
+    def attention(self, site: Site) -> MultiheadAttention:
+        cross = site.kind is SublayerKind.CROSS_ATTN
+        attn = MultiheadAttention(
+            self.stack.dim,
+            self.heads,
+            dropout=self.attention_dropout,
+            bias=self.bias,
+            cross=cross,
+            fused=self.fused_qkv,
+            inner_norm=self._inner(site, self.stack.dim),
+        )
+        roles = attn.role_weights()
+        self.scheme.init_weights(site, _prefixed(roles, "cross_") if cross else roles)
+        return attn
+
+    def feedforward(self, site: Site) -> FeedForward:
+        ffn = FeedForward(
+            self.stack.dim,
+            self.ffn_dim,
+            activation=self.activation,
+            dropout=self.activation_dropout,
+            bias=self.bias,
+            inner_norm=self._inner(site, self.ffn_dim),
+        )
+        self.scheme.init_weights(site, ffn.role_weights())
+        return ffn
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each inside its scheme's residual connection."""
+
+    def __init__(self, build: SublayerBuilder, index: int) -> None:
+        super().__init__()
+        attn_site = Site(build.stack, index, SublayerKind.SELF_ATTN)
+        ffn_site = Site(build.stack, index, SublayerKind.FFN)
+        self.self_attn = build.attention(attn_site)
+        self.self_attn_residual = build.residual(attn_site)
+        self.ffn = build.feedforward(ffn_site)
+        self.ffn_residual = build.residual(ffn_site)
+        self.dropout = nn.Dropout(build.dropout)
+
+    def forward(self, x: Stream, padding_mask: torch.Tensor | None = None) -> Stream:
+        x = self.self_attn_residual(
+            x, lambda h: self.dropout(self.self_attn(h, key_padding_mask=padding_mask))
+        )
+        return self.ffn_residual(x, lambda h: self.dropout(self.ffn(h)))
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention (encoder-decoder only), then feed-forward."""
+
+    def __init__(self, build: SublayerBuilder, index: int) -> None:
+        super().__init__()
+        stack = build.stack
+        attn_site = Site(stack, index, SublayerKind.SELF_ATTN)
+        ffn_site = Site(stack, index, SublayerKind.FFN)
+        self.self_attn = build.attention(attn_site)
+        self.self_attn_residual = build.residual(attn_site)
+        if stack.has_cross_attention:
+            cross_site = Site(stack, index, SublayerKind.CROSS_ATTN)
+            self.cross_attn = build.attention(cross_site)
+            self.cross_attn_residual = build.residual(cross_site)
+        else:
+            self.cross_attn = self.cross_attn_residual = None
+        self.ffn = build.feedforward(ffn_site)
+        self.ffn_residual = build.residual(ffn_site)
+        self.dropout = nn.Dropout(build.dropout)
+
+    def forward(
+        self,
+        x: Stream,
+        memory: torch.Tensor | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        memory_padding_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Stream:
+        x = self.self_attn_residual(
+            x,
+            lambda h: self.dropout(
+                self.self_attn(h, key_padding_mask=padding_mask, causal=True, cache=cache)
+            ),
+        )
+        if self.cross_attn is not None:
+            x = self.cross_attn_residual(
+                x,
+                lambda h: self.dropout(
+                    self.cross_attn(h, memory, key_padding_mask=memory_padding_mask, cache=cache)
+                ),
+            )
+        return self.ffn_residual(x, lambda h: self.dropout(self.ffn(h)))

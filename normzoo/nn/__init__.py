@@ -1,0 +1,1 @@
+"""Building blocks with no knowledge of Lightning: norms, attention, feed-forward, embeddings."""

@@ -1,0 +1,182 @@
+"""Multi-head attention on torch's fused ``scaled_dot_product_attention``, with a key/value cache.
+
+Self-attention keeps q, k, v in one fused ``[3*dim, dim]`` matrix by default (one matmul), or
+three separate ones; cross-attention keeps q separate and k, v fused, since k and v are computed
+once from the encoder output. Either way :meth:`MultiheadAttention.role_weights` exposes each
+role's own matrix (a view into the fused one), so residual schemes initialise W_v alone even
+when it is a slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class LayerCache:
+    """Keys and values of one decoder layer, ``[batch, heads, time, head_dim]``."""
+
+    self_k: torch.Tensor | None = None
+    self_v: torch.Tensor | None = None
+    cross_k: torch.Tensor | None = None
+    cross_v: torch.Tensor | None = None
+
+
+class KVCache:
+    """The cache of a whole decoder stack for incremental decoding.
+
+    ``length`` is the number of target positions already processed; beam search reorders the
+    batch dimension with :meth:`reorder`.
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers = [LayerCache() for _ in range(num_layers)]
+
+    @property
+    def length(self) -> int:
+        first = self.layers[0].self_k if self.layers else None
+        return 0 if first is None else first.shape[2]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (in that order), e.g. the surviving beams."""
+        for layer in self.layers:
+            for name in ("self_k", "self_v", "cross_k", "cross_v"):
+                value = getattr(layer, name)
+                if value is not None:
+                    setattr(layer, name, value.index_select(0, index))
+
+
+def attention_mask(
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    query_len: int,
+    key_len: int,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """A boolean SDPA mask (True = may attend), or None when nothing is masked.
+
+    With a cache, queries sit at the last ``query_len`` of ``key_len`` positions, so the causal
+    mask is offset accordingly.
+    """
+    mask = None
+    if causal and query_len > 1:
+        offset = key_len - query_len
+        q = torch.arange(query_len, device=device)[:, None] + offset
+        k = torch.arange(key_len, device=device)[None, :]
+        mask = (k <= q)[None, None]  # [1, 1, T, S]
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, S]
+        mask = keep if mask is None else mask & keep
+    return mask
+
+
+class MultiheadAttention(nn.Module):
+    """Self- or cross-attention with optional inner norm before the output projection (Sub-LN)."""
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        cross: bool = False,
+        fused: bool = True,
+        inner_norm: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.dropout, self.cross, self.fused = dropout, cross, fused
+        if cross:
+            self.q_proj = nn.Linear(dim, dim, bias=bias)
+            self.kv_proj = nn.Linear(dim, 2 * dim, bias=bias)
+        elif fused:
+            self.qkv_proj = nn.Linear(dim, 3 * dim, bias=bias)
+        else:
+            self.q_proj = nn.Linear(dim, dim, bias=bias)
+            self.k_proj = nn.Linear(dim, dim, bias=bias)
+            self.v_proj = nn.Linear(dim, dim, bias=bias)
+        self.inner_norm = inner_norm if inner_norm is not None else nn.Identity()
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.reset_parameters()
+
+    def role_weights(self) -> dict[str, torch.Tensor]:
+        """Each role's ``[out, in]`` matrix; slices of a fused matrix are views into it."""
+        d = self.dim
+        if self.cross:
+            kv = self.kv_proj.weight
+            return {"q": self.q_proj.weight, "k": kv[:d], "v": kv[d:], "out": self.out_proj.weight}
+        if self.fused:
+            qkv = self.qkv_proj.weight
+            return {"q": qkv[:d], "k": qkv[d : 2 * d], "v": qkv[2 * d :], "out": self.out_proj.weight}
+        return {
+            "q": self.q_proj.weight,
+            "k": self.k_proj.weight,
+            "v": self.v_proj.weight,
+            "out": self.out_proj.weight,
+        }
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """xavier_uniform per role (fan of the role's own matrix), zero biases."""
+        for weight in self.role_weights().values():
+            nn.init.xavier_uniform_(weight)
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def _project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.fused:
+            return tuple(self._split(p) for p in self.qkv_proj(x).chunk(3, dim=-1))
+        return self._split(self.q_proj(x)), self._split(self.k_proj(x)), self._split(self.v_proj(x))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        key_padding_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x`` ``[B, T, dim]`` to itself, or to ``memory`` for cross-attention.
+
+        ``key_padding_mask`` is bool ``[B, S]`` with True at padded keys (for self-attention
+        with a cache, S covers the cached positions too).
+        """
+        if self.cross:
+            q = self._split(self.q_proj(x))
+            if cache is not None and cache.cross_k is not None:
+                k, v = cache.cross_k, cache.cross_v
+            else:
+                k, v = (self._split(p) for p in self.kv_proj(memory).chunk(2, dim=-1))
+                if cache is not None:
+                    cache.cross_k, cache.cross_v = k, v
+        else:
+            q, k, v = self._project_self(x)
+            if cache is not None:
+                if cache.self_k is not None:
+                    k = torch.cat([cache.self_k, k], dim=2)
+                    v = torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
+        is_causal = causal and not self.cross
+        query_len, key_len = q.shape[2], k.shape[2]
+        dropout = self.dropout if self.training else 0.0
+        if is_causal and key_padding_mask is None and query_len == key_len:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        b, _, t, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, t, self.dim)
+        return self.out_proj(self.inner_norm(out))

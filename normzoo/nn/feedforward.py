@@ -1,0 +1,60 @@
+"""The position-wise feed-forward sublayer: W_2 act(W_1 x), or the gated SwiGLU/GEGLU form."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+GATED = {"swiglu": F.silu, "geglu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """``ffn_out(dropout(inner_norm(act(ffn_in(x)))))``; gated variants multiply by ``ffn_gate(x)``.
+
+    ``inner_norm`` (Sub-LN) sits before the second matrix, on the ``hidden``-wide activations.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: int,
+        *,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        bias: bool = True,
+        inner_norm: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS and activation not in GATED:
+            known = ", ".join([*ACTIVATIONS, *GATED])
+            raise ValueError(f"unknown activation {activation!r}; known: {known}")
+        self.gated = activation in GATED
+        self.act = GATED[activation] if self.gated else ACTIVATIONS[activation]
+        self.ffn_in = nn.Linear(dim, hidden, bias=bias)
+        self.ffn_gate = nn.Linear(dim, hidden, bias=bias) if self.gated else None
+        self.ffn_out = nn.Linear(hidden, dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.inner_norm = inner_norm if inner_norm is not None else nn.Identity()
+        self.reset_parameters()
+
+    def role_weights(self) -> dict[str, torch.Tensor]:
+        roles = {"ffn_in": self.ffn_in.weight, "ffn_out": self.ffn_out.weight}
+        if self.ffn_gate is not None:
+            roles["ffn_gate"] = self.ffn_gate.weight
+        return roles
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        for linear in (self.ffn_in, self.ffn_gate, self.ffn_out):
+            if linear is not None:
+                nn.init.xavier_uniform_(linear.weight)
+                if linear.bias is not None:
+                    nn.init.zeros_(linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.ffn_in(x))
+        if self.ffn_gate is not None:
+            h = h * self.ffn_gate(x)
+        return self.ffn_out(self.inner_norm(self.dropout(h)))

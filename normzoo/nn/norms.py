@@ -1,0 +1,156 @@
+"""Normalization layers: each maps ``(..., dim)`` to ``(..., dim)``.
+
+Statistics are computed in float32 whatever the input dtype, because bf16/fp16 sums of squares
+over a few thousand channels lose enough precision to destabilise deep models; the result is
+cast back to the input dtype.
+
+A norm class may set ``supports_stream_norm = False`` when it cannot stand on the residual stream
+itself (Post-LN placement); residual schemes that put a norm there then refuse it at assembly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from normzoo.nn.padding import current_padding_mask
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm (Ba et al. 2016): subtract the mean, divide by the standard deviation."""
+
+    supports_stream_norm = True
+
+    def __init__(self, dim: int, eps: PositiveFloat = 1e-5, affine: bool = True) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), (self.dim,), weight, bias, self.eps).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}"
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019): divide by the root mean square, no centring."""
+
+    supports_stream_norm = True
+
+    def __init__(self, dim: int, eps: PositiveFloat = 1e-6, affine: bool = True) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = None if self.weight is None else self.weight.float()
+        return F.rms_norm(x.float(), (self.dim,), weight, self.eps).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}"
+
+
+class ScaleNorm(nn.Module):
+    """ScaleNorm (Nguyen & Salazar 2019): g * x / ||x||, one learned scalar g = sqrt(dim) at init."""
+
+    supports_stream_norm = True
+
+    def __init__(self, dim: int, eps: PositiveFloat = 1e-5) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.scale = nn.Parameter(torch.tensor(math.sqrt(dim)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        norm = xf.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+        return (self.scale.float() * xf / norm).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025): weight * tanh(alpha * x) + bias, no statistics at all.
+
+    Shown as a drop-in for norms in pre-norm placements; squashing the stream itself (Post-LN)
+    is not what it was designed or validated for, so it refuses stream placement.
+    """
+
+    supports_stream_norm = False
+
+    def __init__(self, dim: int, alpha: PositiveFloat = 0.5) -> None:
+        super().__init__()
+        self.dim = dim
+        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * torch.tanh(self.alpha * x) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, alpha_init={self.alpha.item():.3g}"
+
+
+class MaskedBatchNorm(nn.Module):
+    """BatchNorm over (batch, time) for padded sequences: padding never enters the statistics.
+
+    Plain ``nn.BatchNorm1d`` on a padded batch averages pad embeddings into the mean and variance,
+    so a batch's statistics depend on how much padding it has. Here the mask published by the
+    enclosing stack (:mod:`normzoo.nn.padding`) selects the real tokens. Running statistics are
+    kept in float32 and used in eval mode, as in ``nn.BatchNorm1d``.
+    """
+
+    supports_stream_norm = True
+
+    def __init__(
+        self,
+        dim: int,
+        eps: PositiveFloat = 1e-5,
+        momentum: Annotated[float, Field(gt=0, le=1)] = 0.1,
+        affine: bool = True,
+    ) -> None:
+        super().__init__()
+        self.dim, self.eps, self.momentum = dim, eps, momentum
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
+        self.register_buffer("running_mean", torch.zeros(dim))
+        self.register_buffer("running_var", torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        if self.training:
+            flat = xf.reshape(-1, self.dim)
+            mask = current_padding_mask()
+            if mask is not None and mask.shape == x.shape[:-1]:
+                flat = flat[~mask.reshape(-1)]
+            if flat.shape[0] < 2:  # not enough real tokens for a variance
+                mean, var = self.running_mean, self.running_var
+            else:
+                mean = flat.mean(dim=0)
+                var = flat.var(dim=0, unbiased=False)
+                with torch.no_grad():
+                    count = flat.shape[0]
+                    unbiased = var * count / (count - 1)
+                    self.running_mean.lerp_(mean.detach(), self.momentum)
+                    self.running_var.lerp_(unbiased.detach(), self.momentum)
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (xf - mean) * torch.rsqrt(var + self.eps)
+        if self.weight is not None:
+            y = y * self.weight.float() + self.bias.float()
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"

@@ -1,0 +1,108 @@
+"""Validate a plugin's options against its own signature.
+
+A norm factory ``(dim, **options)`` or a residual scheme ``__init__(stack, **options)`` declares
+its options as ordinary typed keyword parameters; normzoo builds a pydantic model from that
+signature, so plugin authors get type checks, range checks (``Annotated[float, Field(gt=0)]``)
+and "unknown option" errors with a close-match suggestion without writing validation code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
+
+import pydantic
+
+from normzoo.errors import ConfigError, Problem
+
+
+def close_match(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """A ``" (did you mean 'x'?)"`` suffix, or ``""`` when nothing is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _fields_at(model: type[pydantic.BaseModel] | None, loc: list[str]) -> list[str]:
+    """The field names of the (nested) model that holds the key at ``loc``."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if model is not None else None
+        annotation = getattr(field, "annotation", None)
+        model = annotation if isinstance(annotation, type) and issubclass(
+            annotation, pydantic.BaseModel) else None
+    return list(model.model_fields) if model is not None else []
+
+
+def pydantic_problems(
+    error: pydantic.ValidationError,
+    prefix: str = "",
+    model: type[pydantic.BaseModel] | None = None,
+) -> list[Problem]:
+    """Turn a pydantic error into located problems, with suggestions for unknown keys.
+
+    ``model`` (the validated class) lets an unknown key get a close-match suggestion.
+    """
+    problems = []
+    for item in error.errors():
+        loc = [str(part) for part in item["loc"]]
+        path = ".".join([prefix, *loc] if prefix else loc)
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key" + (close_match(loc[-1], _fields_at(model, loc)) if loc else "")
+        elif item["type"] == "missing":
+            message = "required, but missing"
+        problems.append(Problem(path, message))
+    return problems
+
+
+@cache
+def _options_model(fn: Callable[..., Any], skip: int) -> tuple[type[pydantic.BaseModel], bool]:
+    signature = inspect.signature(fn, eval_str=True)  # plugins may use postponed annotations
+    params = list(signature.parameters.values())[skip:]
+    fields: dict[str, Any] = {}
+    open_ended = False
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            open_ended = True
+            continue
+        if p.kind is p.VAR_POSITIONAL:
+            continue
+        annotation = Any if p.annotation is p.empty else p.annotation
+        default = ... if p.default is p.empty else p.default
+        fields[p.name] = (annotation, default)
+    config = pydantic.ConfigDict(
+        extra="allow" if open_ended else "forbid", arbitrary_types_allowed=True
+    )
+    model = pydantic.create_model(f"{getattr(fn, '__qualname__', 'plugin')}Options",
+                                  __config__=config, **fields)
+    return model, open_ended
+
+
+def validate_options(
+    fn: Callable[..., Any], options: Mapping[str, Any], *, skip: int, where: str
+) -> dict[str, Any]:
+    """Check ``options`` against ``fn``'s keyword parameters after the first ``skip`` ones.
+
+    Returns the validated (coerced) options. Raises :class:`ConfigError` naming every bad option
+    under the key path ``where`` (e.g. ``model.residual``).
+    """
+    model, open_ended = _options_model(fn, skip)
+    known = list(model.model_fields)
+    problems = []
+    if not open_ended:
+        for key in options:
+            if key not in model.model_fields:
+                hint = close_match(key, known)
+                accepted = ", ".join(known) if known else "no options"
+                problems.append(
+                    Problem(f"{where}.{key}", f"unknown option{hint}; accepted: {accepted}")
+                )
+    if problems:
+        raise ConfigError(problems)
+    try:
+        validated = model(**options)
+    except pydantic.ValidationError as error:
+        raise ConfigError(pydantic_problems(error, where)) from None
+    return {**validated.model_dump(), **(validated.model_extra or {})}

@@ -1,0 +1,186 @@
+"""The residual-scheme contract: one small interface per axis of variation.
+
+A scheme decides, for every sublayer f (self-attention, cross-attention, feed-forward) of every
+layer of a stack:
+
+* how the residual connection combines the stream and f (``residual(site, make_norm)``, a module
+  whose ``forward(stream, f)`` reads like the scheme's formula);
+* whether f carries an extra norm inside it (``inner_norm(site)``, Sub-LN);
+* how f's weights are initialised, addressed by *role* (``init_weights(site, weights)``);
+* what happens at the ends of the stack (``embedding_norm()``, ``ends(make_norm)``).
+
+The model code (:mod:`normzoo.models`) calls only these hooks, so no scheme is special-cased.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+# Makes one fresh norm of the stream's width (d_model); the model decides which norm.
+NormFactory = Callable[[], nn.Module]
+Sublayer = Callable[[torch.Tensor], torch.Tensor]
+# The residual stream: one tensor, or several for multi-stream schemes (ResiDual's two streams).
+Stream = Any
+
+
+class Family(str, enum.Enum):
+    """The three model families; schemes' constants depend on which one they are in."""
+
+    ENCODER = "encoder"  # BERT-style, N encoder layers
+    DECODER = "decoder"  # GPT-style, M decoder layers
+    ENCODER_DECODER = "encoder_decoder"  # translation, N encoder and M decoder layers
+
+
+class SublayerKind(str, enum.Enum):
+    SELF_ATTN = "self_attn"
+    CROSS_ATTN = "cross_attn"
+    FFN = "ffn"
+
+
+# Weight roles, independent of how a block stores its matrices (fused qkv or not).
+ATTENTION_ROLES = ("q", "k", "v", "out")
+CROSS_ROLES = ("cross_q", "cross_k", "cross_v", "cross_out")
+FFN_ROLES = ("ffn_in", "ffn_gate", "ffn_out")
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """Which stack a scheme is building, in which family, both depths and the stream width.
+
+    ``encoder_layers`` is N and ``decoder_layers`` is M in the papers' notation; the depth of a
+    stack that the family does not have is 0.
+    """
+
+    family: Family
+    stack: str  # "encoder" or "decoder"
+    encoder_layers: int
+    decoder_layers: int
+    dim: int  # d_model, the width of the residual stream
+
+    def __post_init__(self) -> None:
+        if self.stack not in ("encoder", "decoder"):
+            raise ValueError(f"stack must be 'encoder' or 'decoder', not {self.stack!r}")
+        if self.depth < 1:
+            raise ValueError(f"the {self.stack} stack needs at least one layer, got {self.depth}")
+
+    @property
+    def depth(self) -> int:
+        return self.encoder_layers if self.stack == "encoder" else self.decoder_layers
+
+    @property
+    def has_cross_attention(self) -> bool:
+        return self.stack == "decoder" and self.family is Family.ENCODER_DECODER
+
+    @property
+    def sublayers_per_layer(self) -> int:
+        return 3 if self.has_cross_attention else 2
+
+    @property
+    def num_sublayers(self) -> int:
+        """Residual connections in the stack (Admin's "number of residual layers")."""
+        return self.depth * self.sublayers_per_layer
+
+
+@dataclass(frozen=True)
+class Site:
+    """One sublayer of one layer of one stack."""
+
+    stack: StackInfo
+    layer: int  # 0-based layer index within the stack
+    kind: SublayerKind
+
+    @property
+    def index(self) -> int:
+        """0-based position among the stack's residual connections, in forward order."""
+        order = [SublayerKind.SELF_ATTN]
+        if self.stack.has_cross_attention:
+            order.append(SublayerKind.CROSS_ATTN)
+        order.append(SublayerKind.FFN)
+        return self.layer * len(order) + order.index(self.kind)
+
+
+class Residual(nn.Module):
+    """One residual connection: ``forward(stream, f) -> stream``.
+
+    Subclasses implement the formula of one scheme; ``f`` is the sublayer (with its dropout),
+    called on whatever the formula feeds it.
+    """
+
+    def forward(self, x: Stream, f: Sublayer) -> Stream:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class StreamEnds(nn.Module):
+    """The two ends of a stack: stream state from embeddings, output from the final state.
+
+    The default has a single-tensor stream and an optional final norm.
+    """
+
+    def __init__(self, final_norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.final_norm = final_norm
+
+    def begin(self, x: torch.Tensor) -> Stream:
+        return x
+
+    def forward(self, state: Stream) -> torch.Tensor:
+        return state if self.final_norm is None else self.final_norm(state)
+
+
+def xavier_normal_role(weight: torch.Tensor, gain: float) -> None:
+    """Re-initialise one role's matrix (possibly a slice of a fused one) with xavier_normal.
+
+    The fan is that of the role's own [out, in] matrix, so a fused qkv is treated as three
+    separate projections, as the papers define them.
+    """
+    nn.init.xavier_normal_(weight, gain=gain)
+
+
+class ResidualScheme:
+    """Base class of residual schemes; subclasses override the hooks they change.
+
+    Options are keyword arguments of ``__init__`` after ``stack``; normzoo validates them from
+    the type hints (``Annotated[float, Field(gt=0)]`` works), so a scheme never parses options.
+    """
+
+    description: ClassVar[str] = ""
+
+    def __init__(self, stack: StackInfo) -> None:
+        self.stack = stack
+
+    # -- per sublayer -------------------------------------------------------------------------
+    def residual(self, site: Site, make_norm: NormFactory) -> Residual:
+        """The residual connection module for ``site``."""
+        raise NotImplementedError
+
+    def inner_norm(self, site: Site) -> bool:
+        """Whether f carries a norm inside it (before W_o / before the second FFN matrix)."""
+        return False
+
+    def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
+        """Re-initialise f's weights by role (``q``, ``v``, ``ffn_out``, ``cross_v``...)."""
+
+    # -- stack ends ---------------------------------------------------------------------------
+    def embedding_norm(self) -> bool:
+        """Whether the embeddings are normalised before the first layer."""
+        return False
+
+    def ends(self, make_norm: NormFactory) -> StreamEnds:
+        """How the stream starts and how the stack's output is read from it."""
+        return StreamEnds(None)
+
+    # -- compatibility ------------------------------------------------------------------------
+    def normalizes_stream(self) -> bool:
+        """Whether a norm sits on the residual stream itself (Post-LN placement)."""
+        return False
+
+
+def final_norm_ends(make_norm: NormFactory) -> StreamEnds:
+    """Ends for pre-norm schemes: the un-normalised stream needs one norm after the stack."""
+    return StreamEnds(make_norm())

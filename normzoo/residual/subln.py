@@ -1,0 +1,68 @@
+"""Sub-LN / Magneto (Wang et al. 2022, Foundation Transformers).
+
+Pre-LN, plus one more norm inside each sublayer: before W_o in attention and before the second
+matrix of the feed-forward. W_v, W_o, W_1, W_2 are initialised with xavier_normal gain gamma
+(W_q, W_k with gain 1):
+
+* encoder-only, N layers: gamma = sqrt(ln 2N); decoder-only, M layers: gamma = sqrt(ln 2M)
+* encoder-decoder: decoder gamma = sqrt(ln 3M); encoder gamma = sqrt(ln(3M) * ln(2N) / 3)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from normzoo.residual.base import (
+    Family,
+    NormFactory,
+    Residual,
+    ResidualScheme,
+    Site,
+    StackInfo,
+    StreamEnds,
+    final_norm_ends,
+    xavier_normal_role,
+)
+from normzoo.residual.pre import PreLNResidual
+
+GAMMA_ROLES = frozenset({"v", "out", "cross_v", "cross_out", "ffn_in", "ffn_gate", "ffn_out"})
+UNIT_ROLES = frozenset({"q", "k", "cross_q", "cross_k"})
+
+
+def subln_gamma(stack: StackInfo) -> float:
+    """Magneto's init gain for ``stack``."""
+    n, m = stack.encoder_layers, stack.decoder_layers
+    if stack.family is Family.ENCODER:
+        return math.sqrt(math.log(2 * n))
+    if stack.family is Family.DECODER:
+        return math.sqrt(math.log(2 * m))
+    if stack.stack == "decoder":
+        return math.sqrt(math.log(3 * m))
+    return math.sqrt(math.log(3 * m) * math.log(2 * n) / 3)
+
+
+class SubLN(ResidualScheme):
+    """Sub-LN (Magneto): Pre-LN plus LNs before W_o and W_2, init gain sqrt(ln 2N)."""
+
+    def __init__(self, stack: StackInfo) -> None:
+        super().__init__(stack)
+        self.gamma = subln_gamma(stack)
+
+    def residual(self, site: Site, make_norm: NormFactory) -> Residual:
+        return PreLNResidual(make_norm())
+
+    def inner_norm(self, site: Site) -> bool:
+        return True
+
+    def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
+        for role, weight in weights.items():
+            if role in GAMMA_ROLES:
+                xavier_normal_role(weight, self.gamma)
+            elif role in UNIT_ROLES:
+                xavier_normal_role(weight, 1.0)
+
+    def ends(self, make_norm: NormFactory) -> StreamEnds:
+        return final_norm_ends(make_norm)
