@@ -105,7 +105,9 @@ def check(config: ModelConfig | dict[str, Any]) -> ModelConfig:
     return config
 
 
-def assemble(config: ModelConfig | dict[str, Any], vocab_size: int | None = None) -> TransformerModel:
+def assemble(
+    config: ModelConfig | dict[str, Any], vocab_size: int | None = None
+) -> TransformerModel:
     """Build the model described by ``config`` (``vocab_size`` overrides the config's)."""
     config = check(config)
     if vocab_size is not None:

@@ -114,7 +114,8 @@ class MultiheadAttention(nn.Module):
             return {"q": self.q_proj.weight, "k": kv[:d], "v": kv[d:], "out": self.out_proj.weight}
         if self.fused:
             qkv = self.qkv_proj.weight
-            return {"q": qkv[:d], "k": qkv[d : 2 * d], "v": qkv[2 * d :], "out": self.out_proj.weight}
+            return {"q": qkv[:d], "k": qkv[d : 2 * d], "v": qkv[2 * d :],
+                    "out": self.out_proj.weight}
         return {
             "q": self.q_proj.weight,
             "k": self.k_proj.weight,

@@ -11,7 +11,8 @@ from torch import nn
 def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
     """``[num_positions, dim]``: sin in the first half of the channels, cos in the second."""
     half = dim // 2
-    freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
+    step = math.log(10000.0) / max(half - 1, 1)
+    freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -step)
     angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * freqs[None, :]
     table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
     if dim % 2:

@@ -62,7 +62,7 @@ class RMSNorm(nn.Module):
 
 
 class ScaleNorm(nn.Module):
-    """ScaleNorm (Nguyen & Salazar 2019): g * x / ||x||, one learned scalar g = sqrt(dim) at init."""
+    """ScaleNorm (Nguyen & Salazar 2019): g * x / ||x||, learned scalar g = sqrt(dim) at init."""
 
     supports_stream_norm = True
 

@@ -1,4 +1,4 @@
-"""DeepNorm (Wang et al. 2022, DeepNet): x <- LN(alpha * x + f(x)), Post-LN placement in both stacks.
+"""DeepNorm (Wang et al. 2022, DeepNet): x <- LN(alpha * x + f(x)), Post-LN placement, both stacks.
 
 Initialisation: xavier_normal with gain beta on W_v, W_o and the feed-forward matrices, gain 1
 on W_q and W_k (self- and cross-attention alike). The constants depend on the family:
