@@ -26,10 +26,15 @@ def fail(error: NormzooError) -> typer.Exit:
     return typer.Exit(error.exit_code)
 
 
+_debug = {"on": False}
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors too."),
 ) -> None:
+    _debug["on"] = debug
     if version:
         typer.echo(f"normzoo {__version__}")
         raise typer.Exit()
@@ -44,19 +49,24 @@ def list_plugins(
     Plugins that fail to import, or whose name two distributions claim, are shown as broken.
     """
     from normzoo import registry
+    from normzoo.options import close_match
     from normzoo.registry import first_doc_line
 
     groups = {"norms": [registry.norms], "residuals": [registry.residuals]}
     groups["all"] = groups["norms"] + groups["residuals"]
+    aliases = {"norm": "norms", "residual": "residuals"}
+    kind = aliases.get(kind, kind)
     if kind not in groups:
-        raise fail(NormzooError(f"unknown kind '{kind}'; use all, norms or residuals"))
+        hint = close_match(kind, list(groups))
+        raise fail(NormzooError(f"unknown kind '{kind}'{hint}; use all, norms or residuals"))
     broken = 0
     for reg in groups[kind]:
         entries = reg.entries(load=True)
         typer.secho(f"{reg.kind}s ({reg.group})", bold=True)
         width = max((len(e.info.name) for e in entries), default=4)
-        for e in entries:
-            source = f"{e.info.distribution} {e.info.version}"
+        sources = [f"{e.info.distribution} {e.info.version}" for e in entries]
+        source_width = max((len(source) for source in sources), default=4)
+        for e, source in zip(entries, sources, strict=True):
             if e.rivals:
                 broken += 1
                 others = ", ".join(f"{r.distribution} {r.version}" for r in e.rivals)
@@ -66,10 +76,16 @@ def list_plugins(
                 status = typer.style(f"BROKEN: {e.error}", fg="red")
             else:
                 status = first_doc_line(e.obj)
-            typer.echo(f"  {e.info.name:<{width}}  {source:<22}  {status}")
+            typer.echo(f"  {e.info.name:<{width}}  {source:<{source_width}}  {status}")
         typer.echo("")
     if broken:
         typer.echo(f"{broken} plugin(s) cannot be used until fixed; the others work.")
+
+
+from normzoo import commands  # noqa: E402  (typer needs the app defined first)
+
+app.command("train")(commands.train)
+app.add_typer(commands.recipe_app, name="recipe")
 
 
 def main() -> None:
@@ -77,6 +93,8 @@ def main() -> None:
     try:
         app()
     except NormzooError as error:  # raised outside a command's own handling
+        if _debug["on"]:
+            raise
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         sys.exit(error.exit_code)
 

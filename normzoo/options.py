@@ -36,16 +36,18 @@ def _fields_at(model: type[pydantic.BaseModel] | None, loc: list[str]) -> list[s
 
 
 def pydantic_problems(
-    error: pydantic.ValidationError,
+    error: pydantic.ValidationError | list[Any],
     prefix: str = "",
     model: type[pydantic.BaseModel] | None = None,
 ) -> list[Problem]:
     """Turn a pydantic error into located problems, with suggestions for unknown keys.
 
-    ``model`` (the validated class) lets an unknown key get a close-match suggestion.
+    ``error`` may also be a list of its ``errors()`` items. ``model`` (the validated class)
+    lets an unknown key get a close-match suggestion.
     """
     problems = []
-    for item in error.errors():
+    items = error if isinstance(error, list) else error.errors()
+    for item in items:
         loc = [str(part) for part in item["loc"]]
         path = ".".join([prefix, *loc] if prefix else loc)
         message = item["msg"]

@@ -11,6 +11,8 @@ This module imports neither torch nor Lightning, so ``normzoo list`` and ``--hel
 
 from __future__ import annotations
 
+import importlib
+import re
 import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -51,6 +53,15 @@ class Entry:
         return self.obj is not None
 
 
+def normalize_distribution(name: str) -> str:
+    """A distribution's canonical name (PEP 503): ``Foo_Bar`` and ``foo-bar`` are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _same_distribution(a: PluginInfo, b: PluginInfo) -> bool:
+    return normalize_distribution(a.distribution) == normalize_distribution(b.distribution)
+
+
 def first_doc_line(obj: Any) -> str:
     """A plugin's one-line description: its ``description`` attribute or docstring head."""
     text = getattr(obj, "description", None) or (obj.__doc__ or "")
@@ -74,7 +85,7 @@ class Registry:
             for ep in entry_points(group=self.group):
                 dist = ep.dist.name if ep.dist is not None else "unknown"
                 version = ep.dist.version if ep.dist is not None else "unknown"
-                key = (ep.name, dist, ep.value)
+                key = (ep.name, normalize_distribution(dist), ep.value)
                 if key in seen:  # editable installs can expose the same metadata twice
                     continue
                 seen.add(key)
@@ -86,7 +97,9 @@ class Registry:
         current = self._entries.get(entry.info.name)
         if current is None:
             self._entries[entry.info.name] = entry
-        elif current.info.distribution != entry.info.distribution:
+        elif not any(_same_distribution(i, entry.info) for i in [current.info, *current.rivals]):
+            # The same distribution seen twice (an editable install next to its build) is not a
+            # conflict; a second distribution is.
             current.rivals.append(entry.info)
 
     def register(self, name: str, obj: Any, distribution: str = IN_PROCESS) -> None:
@@ -95,7 +108,9 @@ class Registry:
         Packages should use entry points instead, so that ``normzoo list`` sees them.
         """
         entries = self._index()
-        if name in entries and entries[name].info.distribution != distribution:
+        if name in entries and normalize_distribution(
+            entries[name].info.distribution
+        ) != normalize_distribution(distribution):
             owner = entries[name].info
             raise RegistryError(
                 f"{self.kind} '{name}' is already registered by {owner.distribution} "
@@ -108,7 +123,12 @@ class Registry:
         self._index().pop(name, None)
 
     def refresh(self) -> None:
-        """Re-read entry points (after installing a plugin in this process)."""
+        """Re-read entry points (after installing a plugin in this process).
+
+        In-process registrations are forgotten; import caches are invalidated so that packages
+        installed since the interpreter started (or folders added to ``sys.path``) are found.
+        """
+        importlib.invalidate_caches()
         self._entries = None
 
     # -- lookup -------------------------------------------------------------------------------
@@ -142,13 +162,14 @@ class Registry:
             )
             raise RegistryError(
                 f"{self.kind} '{name}' is registered by more than one distribution ({owners}); "
-                "uninstall one of them"
+                "uninstall all but one of them"
             )
         self._load(entry)
         if entry.error is not None:
             raise RegistryError(
                 f"{self.kind} '{name}' from {entry.info.distribution} {entry.info.version} "
-                f"failed to import: {entry.error}"
+                f"failed to import: {entry.error}; fix or reinstall {entry.info.distribution}, "
+                "or pick another name"
             )
         return entry.obj
 
@@ -158,8 +179,15 @@ class Registry:
         try:
             entry.obj = EntryPoint(entry.info.name, entry.target, self.group).load()
         except Exception as exc:  # a broken plugin must not take normzoo down with it
-            last = traceback.extract_tb(exc.__traceback__)[-1:]
-            where = f" ({last[0].filename}:{last[0].lineno})" if last else ""
+            # Point at the plugin's own line, not at importlib's machinery.
+            frames = [
+                frame
+                for frame in traceback.extract_tb(exc.__traceback__)
+                if not frame.filename.startswith("<frozen ")
+                and "importlib" not in frame.filename.replace("\\", "/").split("/")
+                and frame.filename != __file__
+            ]
+            where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
             entry.error = f"{type(exc).__name__}: {exc}{where}"
 
     def entries(self, load: bool = True) -> list[Entry]:

@@ -39,7 +39,16 @@ def norm_maker(config: ModelConfig) -> Callable[[int], nn.Module]:
     if not callable(factory):
         raise ConfigError([Problem("model.norm", f"'{config.norm.name}' is not a norm factory")])
     options = validate_options(factory, config.norm.options, skip=1, where="model.norm")
-    return lambda width: factory(width, **options)
+
+    def make_norm(width: int) -> nn.Module:
+        try:
+            return factory(width, **options)
+        except (ValueError, TypeError) as error:  # e.g. groups that do not divide the width
+            raise ConfigError([Problem("model.norm", f"{config.norm.name}({width}): {error}")]
+                              ) from None
+
+    make_norm(config.d_model)  # surface the factory's own checks at validation time
+    return make_norm
 
 
 def scheme_class(name: str) -> type[ResidualScheme]:

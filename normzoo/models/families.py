@@ -13,6 +13,7 @@ from normzoo.models.config import ModelConfig
 from normzoo.models.stacks import DecoderStack, EncoderStack
 from normzoo.nn.attention import KVCache
 from normzoo.nn.embeddings import Embeddings
+from normzoo.nn.padding import padding_mask_context
 
 
 class OutputProjection(nn.Module):
@@ -73,7 +74,11 @@ class EncoderModel(TransformerModel):
         return self.encoder(self.embeddings(tokens), self.padding_mask(tokens))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.head_norm(F.gelu(self.head_dense(self.encode(tokens))))
+        mask = self.padding_mask(tokens)
+        h = F.gelu(self.head_dense(self.encoder(self.embeddings(tokens), mask)))
+        # The head's norm may be a BatchNorm: padding must stay out of its statistics too.
+        with padding_mask_context(mask):
+            h = self.head_norm(h)
         return self.output(h) + self.output_bias
 
 

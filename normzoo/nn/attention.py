@@ -177,7 +177,15 @@ class MultiheadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
             mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device)
+            # A query with no key to attend to (every key padded: an empty source sentence, or
+            # a left pad of a prompt) gets 0, as torch>=2.5 gives; older torch returns NaN
+            # there, and NaN at a pad reaches real tokens in the next layer (0 * NaN).
+            empty = None if key_padding_mask is None else ~mask.any(dim=-1, keepdim=True)
+            if empty is not None:
+                mask = mask | empty
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            if empty is not None:
+                out = out.masked_fill(empty, 0.0)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.dim)
         return self.out_proj(self.inner_norm(out))

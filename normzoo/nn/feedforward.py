@@ -11,9 +11,10 @@ GATED = {"swiglu": F.silu, "geglu": F.gelu}
 
 
 class FeedForward(nn.Module):
-    """``ffn_out(dropout(inner_norm(act(ffn_in(x)))))``; gated variants multiply by ``ffn_gate(x)``.
+    """``ffn_out(inner_norm(dropout(act(ffn_in(x)))))``; gated variants multiply by ``ffn_gate(x)``.
 
-    ``inner_norm`` (Sub-LN) sits before the second matrix, on the ``hidden``-wide activations.
+    ``inner_norm`` (Sub-LN) sits before the second matrix, on the ``hidden``-wide activations,
+    after the activation dropout (as in torchscale's Magneto).
     """
 
     def __init__(

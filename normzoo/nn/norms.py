@@ -54,8 +54,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = None if self.weight is None else self.weight.float()
-        return F.rms_norm(x.float(), (self.dim,), weight, self.eps).to(x.dtype)
+        # Written out rather than F.rms_norm, which needs torch>=2.4 (normzoo supports 2.2).
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight.float()
+        return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}"
@@ -97,7 +101,10 @@ class DyT(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * torch.tanh(self.alpha * x) + self.bias
+        # float32 like the other norms, and the result in the input's dtype (float32 parameters
+        # would otherwise promote a bf16 input to a float32 output).
+        y = torch.tanh(self.alpha.float() * x.float())
+        return (self.weight.float() * y + self.bias.float()).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, alpha_init={self.alpha.item():.3g}"
@@ -128,6 +135,17 @@ class MaskedBatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(dim))
         self.register_buffer("running_var", torch.ones(dim))
 
+    def _apply(self, fn, recurse=True):
+        # Keep the running statistics in float32 when the module is cast to half precision
+        # (Lightning's "bf16-true"): bf16 stats lose precision, and updating them would fail.
+        before = {name: getattr(self, name) for name in ("running_mean", "running_var")}
+        super()._apply(fn, recurse)
+        for name, stat in before.items():
+            after = getattr(self, name)
+            if after.dtype in (torch.float16, torch.bfloat16):
+                setattr(self, name, stat.to(device=after.device, dtype=torch.float32))
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         if self.training:
@@ -143,8 +161,9 @@ class MaskedBatchNorm(nn.Module):
                 with torch.no_grad():
                     count = flat.shape[0]
                     unbiased = var * count / (count - 1)
-                    self.running_mean.lerp_(mean.detach(), self.momentum)
-                    self.running_var.lerp_(unbiased.detach(), self.momentum)
+                    stats = ((self.running_mean, mean), (self.running_var, unbiased))
+                    for running, batch in stats:
+                        running.lerp_(batch.detach().to(running.dtype), self.momentum)
         else:
             mean, var = self.running_mean, self.running_var
         y = (xf - mean) * torch.rsqrt(var + self.eps)

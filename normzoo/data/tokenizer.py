@@ -1,0 +1,143 @@
+"""Subword tokenizers trained with Hugging Face ``tokenizers``, cached by content hash.
+
+Text is split on spaces with the SentencePiece-style ``▁`` marker (Metaspace), so decoding
+gives back the original spacing: hypotheses come out detokenized, ready for sacreBLEU against
+raw references. ``decode(encode(text)) == NFKC(text)`` for any one-line text that does not start
+with a space and whose characters all occur in the training text; a leading space is dropped,
+and characters never seen in training (tabs and newlines included) decode to nothing. Special
+ids are fixed so models and checkpoints agree on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+from normzoo.errors import NormzooError
+
+SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
+PAD, BOS, EOS, UNK, MASK = range(len(SPECIALS))
+
+
+def cache_dir() -> Path:
+    """Where trained tokenizers are cached (``$NORMZOO_CACHE`` or ``~/.cache/normzoo``)."""
+    root = os.environ.get("NORMZOO_CACHE") or Path.home() / ".cache" / "normzoo"
+    return Path(root) / "tokenizers"
+
+
+class Tokenizer:
+    """A trained subword tokenizer with normzoo's fixed special ids."""
+
+    def __init__(self, backend: HFTokenizer) -> None:
+        self.backend = backend
+        for i, token in enumerate(SPECIALS):
+            if backend.token_to_id(token) != i:
+                raise NormzooError(f"tokenizer does not map {token} to id {i}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Subword ids of ``text``, without BOS/EOS."""
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Detokenized text; special tokens are dropped, and decoding stops at EOS."""
+        ids = list(ids)
+        if EOS in ids:
+            ids = ids[: ids.index(EOS)]
+        return self.backend.decode(ids, skip_special_tokens=True)
+
+    def decode_batch(self, batch: Sequence[Sequence[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(path))
+
+    def to_str(self) -> str:
+        return self.backend.to_str()
+
+    @classmethod
+    def from_str(cls, text: str) -> Tokenizer:
+        return cls(HFTokenizer.from_str(text))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise NormzooError(f"tokenizer file not found: {path}")
+        try:
+            return cls(HFTokenizer.from_file(str(path)))
+        except Exception as error:  # the library raises bare Exceptions on bad JSON
+            raise NormzooError(f"cannot read tokenizer {path}: {error}") from None
+
+
+def _build(kind: str, vocab_size: int, min_frequency: int, lowercase: bool):
+    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    if kind == "bpe":
+        backend = HFTokenizer(models.BPE(unk_token="<unk>"))
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
+            show_progress=False,
+        )
+    else:
+        backend = HFTokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=list(SPECIALS), unk_token="<unk>",
+            show_progress=False,
+        )
+    backend.normalizer = normalizers.Sequence(steps)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    backend.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return backend, trainer
+
+
+def corpus_key(texts: Iterable[str], settings: dict) -> str:
+    """Hash of the training text and the settings: the cache key of a tokenizer."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for line in texts:
+        data = line.encode("utf-8")
+        # Length-prefixed: ["a\nb"] and ["a", "b"] are different corpora.
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()[:24]
+
+
+def train_tokenizer(
+    texts: Sequence[str],
+    *,
+    kind: str = "bpe",
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    lowercase: bool = False,
+    use_cache: bool = True,
+) -> Tokenizer:
+    """Train on ``texts`` (or reuse the cached tokenizer trained on the same text and settings)."""
+    settings = {"kind": kind, "vocab_size": vocab_size, "min_frequency": min_frequency,
+                "lowercase": lowercase, "specials": SPECIALS, "version": 2}
+    path = cache_dir() / f"{corpus_key(texts, settings)}.json"
+    if use_cache and path.is_file():
+        try:
+            return Tokenizer.load(path)
+        except NormzooError:
+            pass  # a damaged cache entry is trained again and replaced
+    backend, trainer = _build(kind, vocab_size, min_frequency, lowercase)
+    backend.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tokenizer = Tokenizer(backend)
+    if use_cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tokenizer.save(tmp)
+        os.replace(tmp, path)  # atomic: concurrent runs never read a half-written file
+    return tokenizer

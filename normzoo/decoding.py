@@ -1,0 +1,139 @@
+"""Decoding translations with the key/value cache: greedy search.
+
+The encoder runs once per batch; each step feeds only the newest target token through the
+decoder, whose cache holds the keys and values of the earlier ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from normzoo.data.tokenizer import BOS, EOS, PAD
+from normzoo.models.families import Seq2SeqModel
+
+
+def max_target_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor:
+    """Per-sentence length limit ``a * source_length + b``, capped by the model's positions."""
+    src_len = src.ne(PAD).sum(dim=1)
+    return (src_len.float() * a + b).long().clamp(min=1, max=limit)
+
+
+@torch.no_grad()
+def greedy(
+    model: Seq2SeqModel, src: torch.Tensor, *, max_len_a: float = 1.2, max_len_b: int = 10
+) -> list[list[int]]:
+    """Greedy translations of a padded source batch ``[B, S]``, as token ids without BOS/EOS."""
+    model_was_training = model.training
+    model.eval()
+    try:
+        limit = model.config.max_positions - 1
+        lengths = max_target_lengths(src, max_len_a, max_len_b, limit)
+        memory, memory_mask = model.encode(src)
+        batch = src.shape[0]
+        cache = model.new_cache()
+        token = torch.full((batch, 1), BOS, dtype=torch.long, device=src.device)
+        out = torch.full((batch, int(lengths.max())), PAD, dtype=torch.long, device=src.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        for step in range(int(lengths.max())):
+            logits = model.decode(token, memory, memory_mask, cache)[:, -1]
+            logits[:, PAD] = float("-inf")
+            logits[:, BOS] = float("-inf")
+            token = logits.argmax(dim=-1, keepdim=True)
+            token[finished, 0] = PAD
+            out[:, step] = token[:, 0]
+            finished |= token[:, 0].eq(EOS) | (step + 1 >= lengths)
+            if bool(finished.all()):
+                break
+        return [_strip(row) for row in out.tolist()]
+    finally:
+        model.train(model_was_training)
+
+
+def _strip(ids: list[int]) -> list[int]:
+    if EOS in ids:
+        ids = ids[: ids.index(EOS)]
+    return [i for i in ids if i != PAD]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Seq2SeqModel,
+    src: torch.Tensor,
+    *,
+    beam: int = 5,
+    lenpen: float = 0.6,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+) -> list[list[int]]:
+    """Batched beam search with the key/value cache, as in fairseq.
+
+    A hypothesis is finished when it emits EOS; its score is the sum of token log-probabilities
+    (EOS included) divided by ``length ** lenpen``. A sentence is done once it has ``beam``
+    finished hypotheses (or at its length limit, where the live beams are finished as they
+    stand); the best finished one is returned. With ``beam=1`` this is exactly greedy search.
+    """
+    model_was_training = model.training
+    model.eval()
+    try:
+        batch, k = src.shape[0], beam
+        device = src.device
+        limit = model.config.max_positions - 1
+        lengths = max_target_lengths(src, max_len_a, max_len_b, limit)
+        memory, memory_mask = model.encode(src)
+        memory = memory.repeat_interleave(k, dim=0)
+        memory_mask = memory_mask.repeat_interleave(k, dim=0)
+        cache = model.new_cache()
+        scores = torch.full((batch, k), float("-inf"), device=device)
+        scores[:, 0] = 0.0  # all beams start identical: keep one so top-k isn't k copies
+        tokens = torch.full((batch * k, 1), BOS, dtype=torch.long, device=device)
+        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+        done = [False] * batch
+        base = (torch.arange(batch, device=device) * k)[:, None]
+        for step in range(int(lengths.max())):
+            logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            logp[:, PAD] = float("-inf")
+            logp[:, BOS] = float("-inf")
+            vocab = logp.shape[-1]
+            candidates = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, -1)
+            top_scores, top_index = candidates.topk(2 * k, dim=1)
+            origin, token = top_index // vocab, top_index % vocab
+            next_scores = torch.full((batch, k), float("-inf"), device=device)
+            next_origin = torch.zeros((batch, k), dtype=torch.long, device=device)
+            next_token = torch.full((batch, k), PAD, dtype=torch.long, device=device)
+            at_limit = (step + 1 >= lengths).tolist()
+            top_scores_l, origin_l, token_l = top_scores.tolist(), origin.tolist(), token.tolist()
+            for b in range(batch):
+                if done[b]:
+                    continue
+                slot = 0
+                ranked = zip(top_scores_l[b], origin_l[b], token_l[b], strict=True)
+                for rank, (s, o, t) in enumerate(ranked):
+                    if s == float("-inf"):
+                        break
+                    if t == EOS and rank >= k:
+                        continue  # as in fairseq: only an EOS within the top k ends a beam
+                    prefix = tokens[b * k + o, 1:].tolist()
+                    if t == EOS or at_limit[b]:
+                        hyp = prefix if t == EOS else [*prefix, t]
+                        finished[b].append((s / (len(prefix) + 1) ** lenpen, hyp))
+                        if len(finished[b]) >= k:
+                            break
+                    elif slot < k:
+                        next_scores[b, slot], next_origin[b, slot] = s, o
+                        next_token[b, slot] = t
+                        slot += 1
+                    if slot >= k and not at_limit[b]:
+                        break
+                if len(finished[b]) >= k or at_limit[b] or slot == 0:
+                    done[b] = True
+                    next_scores[b] = float("-inf")
+            if all(done):
+                break
+            reorder = (base + next_origin).view(-1)
+            cache.reorder(reorder)
+            tokens = torch.cat([tokens[reorder], next_token.view(-1, 1)], dim=1)
+            scores = next_scores
+        return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+    finally:
+        model.train(model_was_training)

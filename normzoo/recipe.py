@@ -1,0 +1,413 @@
+"""Recipes: one YAML file describes a whole run; ``key=value`` overrides change it from the CLI.
+
+Loading goes YAML (safe loader) -> overrides applied to the plain dict -> pydantic validation ->
+registry check. Every problem is collected and reported at once with its key path and, for an
+unknown key, a close-match suggestion (spaCy-style). Nothing in a recipe is ever imported or
+executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from normzoo.errors import ConfigError, Problem
+from normzoo.models.config import ModelConfig
+from normzoo.options import close_match, pydantic_problems
+
+Task = Literal["translation", "mlm", "causal_lm"]
+FAMILY_OF_TASK = {"translation": "encoder_decoder", "mlm": "encoder", "causal_lm": "decoder"}
+
+
+def _family_problem(task: Any, family: Any) -> Problem | None:
+    """The problem with ``model.family`` if it does not fit ``task`` (both already valid)."""
+    expected = FAMILY_OF_TASK.get(task)
+    if expected is None or family not in FAMILY_OF_TASK.values() or family == expected:
+        return None
+    return Problem("model.family", f"task '{task}' needs family '{expected}', not '{family}'")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TokenizerConfig(_Section):
+    """Subword tokenizer trained on the training split (cached by content hash).
+
+    Translation uses one joint source/target vocabulary, so embeddings can be shared.
+    """
+
+    type: Literal["bpe", "unigram"] = "bpe"
+    vocab_size: int = Field(default=8000, ge=64)
+    min_frequency: int = Field(default=2, ge=1)
+    lowercase: bool = False
+
+
+class DataConfig(_Section):
+    """Where the text comes from and how it is batched.
+
+    * ``source: builtin`` — the toy corpus shipped with normzoo (no network, no files).
+    * ``source: files`` — line-aligned files ``{dir}/{split}.{lang}`` (translation) or
+      ``{dir}/{split}.txt`` (mlm / causal_lm).
+    * ``source: hub`` — a Hugging Face dataset ``path`` / ``name`` (network, or a local folder
+      in the hub's layout given as ``path``).
+    """
+
+    source: Literal["builtin", "files", "hub"] = "builtin"
+    dir: str | None = None
+    path: str | None = None
+    name: str | None = None
+    src_lang: str = "en"
+    tgt_lang: str = "xx"
+    train_split: str = "train"
+    valid_split: str = "valid"
+    test_split: str = "test"
+    text_field: str = "text"
+    max_tokens: int = Field(default=4096, gt=0, description="token budget of one batch")
+    max_len: int = Field(default=256, gt=1, description="longer examples are dropped")
+    train_limit: int | None = Field(default=None, gt=0, description="use the first N examples")
+    valid_limit: int | None = Field(default=None, gt=0)
+    mask_prob: float = Field(default=0.15, gt=0, lt=1, description="MLM: fraction masked")
+    num_workers: int = Field(default=0, ge=0)
+    tokenizer: TokenizerConfig = TokenizerConfig()
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> DataConfig:
+        if self.source == "files" and not self.dir:
+            raise ValueError(ConfigError([Problem("dir", "required when source is 'files'")]))
+        if self.source == "hub" and not self.path:
+            raise ValueError(ConfigError([Problem("path", "required when source is 'hub'")]))
+        return self
+
+
+class OptimConfig(_Section):
+    """AdamW with a warm-up then inverse-square-root or cosine decay."""
+
+    lr: float = Field(default=5e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = Field(default=1e-8, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    schedule: Literal["inverse_sqrt", "cosine", "constant"] = "inverse_sqrt"
+    warmup_steps: int = Field(default=4000, ge=0)
+    min_lr: float = Field(default=0.0, ge=0)
+    clip_norm: float = Field(default=0.0, ge=0, description="0 disables gradient clipping")
+    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _floor_below_peak(self) -> OptimConfig:
+        if self.min_lr > self.lr:
+            raise ValueError(ConfigError([Problem("min_lr", f"{self.min_lr} is above the peak "
+                                                  f"learning rate lr={self.lr}")]))
+        return self
+
+
+class TrainerConfig(_Section):
+    """What ``lightning.Trainer`` gets: length, validation cadence, hardware, precision."""
+
+    max_steps: int = Field(default=100_000, gt=0)
+    max_epochs: int | None = Field(default=None, gt=0)
+    max_time: str | None = Field(default=None, description="wall-clock limit, DD:HH:MM:SS")
+    val_every_steps: int = Field(default=1000, gt=0)
+    log_every_steps: int = Field(default=50, gt=0)
+    accumulate: int = Field(default=1, gt=0)
+    precision: Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"] = "32-true"
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"] = "auto"
+    devices: int | Literal["auto"] = 1
+    num_nodes: int = Field(default=1, gt=0)
+    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
+    save_top_k: int = Field(default=1, ge=0)
+    progress_bar: bool = True
+
+
+class EvalConfig(_Section):
+    """Decoding for validation BLEU and ``normzoo evaluate``."""
+
+    beam: int = Field(default=1, gt=0)
+    lenpen: float = Field(default=0.6, ge=0)
+    max_len_a: float = Field(default=1.2, ge=0, description="max target length = a*src + b")
+    max_len_b: int = Field(default=10, ge=0)
+    valid_bleu: bool = Field(default=True, description="decode the validation split for BLEU")
+    valid_bleu_limit: int | None = Field(default=None, gt=0, description="sentences decoded")
+
+
+class RunConfig(_Section):
+    dir: str | None = Field(default=None, description="run directory; default runs/<recipe>")
+
+
+class Recipe(_Section):
+    """A whole run: task, model, data, optimisation, trainer and evaluation settings."""
+
+    task: Task = "translation"
+    seed: int = 1
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _task_fits_family(self) -> Recipe:
+        problem = _family_problem(self.task, self.model.family)
+        if problem is not None:
+            raise ValueError(ConfigError([problem]))
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (YAML/JSON-safe) that :func:`from_dict` reads back to an equal recipe."""
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# -- overrides ------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"optim.lr=3e-4"`` -> ``("optim.lr", 0.0003)``; the value is read as a YAML scalar."""
+    if "=" not in text:
+        raise ConfigError([Problem(text, "an override must look like key=value")],
+                          "invalid override")
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError([Problem(text, "empty key")], "invalid override")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as error:
+        raise ConfigError([Problem(key, f"value is not valid YAML ({error})")],
+                          "invalid override") from None
+    # YAML reads "1e-4" as a string (YAML 1.1); users mean a number.
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value) if any(c in value.lower() for c in ".e") else value
+    return key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``key=value`` set, creating sections as needed."""
+    data = copy.deepcopy(data)
+    problems = []
+    for text in overrides:
+        try:
+            key, value = parse_override(text)
+        except ConfigError as error:
+            problems += error.problems
+            continue
+        node = data
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str) and parts[: i + 1] in (["model", "norm"],
+                                                               ["model", "residual"]):
+                child = node[part] = {"name": child}  # model.residual.alpha=... on a bare name
+            elif not isinstance(child, dict):
+                problems.append(Problem(".".join(parts[: i + 1]), "is a value, not a section"))
+                break
+            node = child
+        else:
+            # A new scheme or norm name replaces the old mapping with its options, which
+            # belonged to the old one.
+            node[parts[-1]] = value
+    if problems:
+        raise ConfigError(problems, "invalid override")
+    return data
+
+
+# -- loading --------------------------------------------------------------------------------------
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The recipe file as a dict; a clear error for a missing file or malformed YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([Problem("", f"recipe file not found: {path}")], "cannot read recipe")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError([Problem("", f"{path}: malformed YAML{where}: {problem}")],
+                          "cannot read recipe") from None
+    except UnicodeDecodeError:
+        raise ConfigError([Problem("", f"{path}: not UTF-8 text")], "cannot read recipe") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([Problem("", f"{path}: the top level must be a mapping of sections")],
+                          "cannot read recipe")
+    return data
+
+
+def _inner_config_error(item: Any) -> ConfigError | None:
+    """The :class:`ConfigError` a model validator raised inside a pydantic error item, if any."""
+    inner = item.get("ctx", {}).get("error")
+    inner = inner.args[0] if isinstance(inner, ValueError) and inner.args else inner
+    return inner if isinstance(inner, ConfigError) else None
+
+
+def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` cut where it leaves ``data``: pydantic adds the branch of a union
+    (``trainer.devices.int``), which is no key of the recipe."""
+    node = data
+    for i, part in enumerate(loc):
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list | tuple) and isinstance(part, int) and part < len(node)
+        if in_dict or in_list:
+            node = node[part]
+        else:
+            return loc[: i + 1] if isinstance(node, dict) else loc[:i]
+    return loc
+
+
+def _nested_problems(error: pydantic.ValidationError, data: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for item in error.errors():
+        inner = _inner_config_error(item)
+        if inner is not None:
+            prefix = ".".join(str(p) for p in item["loc"])
+            problems += inner.prefixed(prefix).problems if prefix else inner.problems
+            continue
+        loc = _data_loc(data, item["loc"])
+        (problem,) = pydantic_problems([{**item, "loc": loc}], "", Recipe)
+        union = [i for i, p in enumerate(problems) if p.path == problem.path]
+        if loc != item["loc"] and union:  # another branch of the same union: one problem
+            old = problems[union[0]]
+            problems[union[0]] = Problem(old.path, f"{old.message}; or {problem.message}")
+        else:
+            problems.append(problem)
+    return problems
+
+
+TASK_OF_FAMILY = {family: task for task, family in FAMILY_OF_TASK.items()}
+
+# What the registry check reads of the model section.
+_REGISTRY_KEYS = ("family", "norm", "residual", "encoder_layers", "decoder_layers")
+
+
+def _fill_family(data: dict[str, Any]) -> None:
+    """``model.family`` follows from ``task`` when the recipe does not name it (in place)."""
+    task = data.get("task")
+    if not isinstance(task, str):
+        return
+    model = data.get("model")
+    if isinstance(model, dict) and "family" not in model:
+        data["model"] = {**model, "family": FAMILY_OF_TASK.get(task, "encoder_decoder")}
+    elif model is None:
+        data["model"] = {"family": FAMILY_OF_TASK.get(task, "encoder_decoder")}
+
+
+def _drop(data: dict[str, Any], loc: tuple[Any, ...]) -> str | None:
+    """Delete the deepest key of ``data`` on ``loc``; its dotted path, or None if none is."""
+    node: Any = data
+    parent: dict[str, Any] | None = None
+    key: Any = None
+    path: list[str] = []
+    for part in loc:
+        if not (isinstance(node, dict) and part in node):
+            break
+        parent, key, node = node, part, node[part]
+        path.append(str(part))
+    if parent is None:
+        return None
+    del parent[key]
+    return ".".join(path)
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root + ".") for root in roots)
+
+
+def _validate(
+    data: dict[str, Any],
+) -> tuple[Recipe | None, list[Problem], list[str], dict[str, Any]]:
+    """Validate ``data``; on failure, keep validating what is left once the bad keys are dropped.
+
+    pydantic skips a model's cross-field checks (``d_model`` divisible by ``heads``, ``task``
+    versus ``model.family``, ``data.dir`` for files) as soon as one of its fields is invalid;
+    dropping the invalid keys (their defaults stand in) lets those checks report their problems
+    in the same error. Returns the recipe (None if invalid), every problem, the dropped key
+    paths and what was left of ``data``.
+    """
+    data = copy.deepcopy(data)
+    problems: list[Problem] = []
+    dropped: list[str] = []
+    for _ in range(100):  # each round drops at least one key
+        try:
+            recipe = Recipe.model_validate(data)
+            return (None if problems else recipe), problems, dropped, data
+        except pydantic.ValidationError as error:
+            for problem in _nested_problems(error, data):
+                if problem not in problems and not _under(problem.path, dropped):
+                    problems.append(problem)
+            removed = [
+                path for item in error.errors() if _inner_config_error(item) is None
+                for path in [_drop(data, item["loc"])] if path is not None
+            ]
+            if not removed:  # only cross-field problems are left: they are all reported
+                break
+            dropped += removed
+            if "task" in removed:
+                model = data.get("model")
+                family = model.get("family") if isinstance(model, dict) else None
+                if family in TASK_OF_FAMILY:
+                    data["task"] = TASK_OF_FAMILY[family]
+            _fill_family(data)  # a dropped model.family follows the task again
+    return None, problems, dropped, data
+
+
+def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
+    """Validate plain data as a recipe; raise :class:`ConfigError` with every problem."""
+    if not isinstance(data, dict):
+        raise ConfigError([Problem("", "the top level must be a mapping of sections, not "
+                                   f"{type(data).__name__}")], "invalid recipe")
+    problems: list[Problem] = []
+    for key in data:
+        if key not in Recipe.model_fields:
+            problems.append(Problem(str(key), "unknown section"
+                                    + close_match(str(key), list(Recipe.model_fields))))
+    known = {k: v for k, v in data.items() if k in Recipe.model_fields}
+    _fill_family(known)
+    recipe, found, dropped, left = _validate(known)
+    problems += found
+    if recipe is None and isinstance(left.get("model"), dict):
+        # The recipe-wide check is skipped by pydantic while a section has problems.
+        problem = _family_problem(left.get("task", "translation"), left["model"].get("family"))
+        if problem is not None and problem not in problems:
+            problems.append(problem)
+    if check_registry:
+        # Names and options are checked even when other sections have problems, so that
+        # every error is reported in one go: on what is left of the model section, without
+        # the keys that already have a problem.
+        from normzoo.models.assemble import check
+
+        model = recipe.model if recipe is not None else left.get("model")
+        if not isinstance(model, ModelConfig):
+            bad = {p.path.split(".")[1] for p in problems if p.path.startswith("model.")}
+            model = {k: v for k, v in (model if isinstance(model, dict) else {}).items()
+                     if k in _REGISTRY_KEYS and k not in bad}
+        try:
+            check(model)
+        except ConfigError as error:
+            problems += [p for p in error.problems
+                         if p not in problems and not _under(p.path, dropped)]
+    if problems:
+        raise ConfigError(problems, "invalid recipe")
+    assert recipe is not None
+    return recipe
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, override and validate a recipe file."""
+    data = apply_overrides(read_yaml(path), overrides or [])
+    return from_dict(data)

@@ -1,0 +1,64 @@
+"""What every task shares: building the model from the recipe, the optimizer, throughput logging
+and what a checkpoint carries so it can be used without the run directory.
+
+A checkpoint holds only plain data (dicts, strings, tensors) so that it loads with
+``torch.load(weights_only=True)``: the resolved recipe, the tokenizer as JSON, and the plugins
+(name, distribution, version) that built the model.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+
+from normzoo import __version__
+from normzoo.models import assemble
+from normzoo.optim import build_optimizer
+from normzoo.recipe import Recipe, from_dict
+
+
+class NormzooTask(L.LightningModule):
+    """Base LightningModule: ``recipe`` is the resolved recipe as a plain dict."""
+
+    def __init__(self, recipe: dict[str, Any], vocab_size: int, tokenizer_json: str = "") -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.recipe: Recipe = from_dict(recipe, check_registry=False)
+        self.model = assemble(self.recipe.model, vocab_size=vocab_size)
+        self.tokenizer_json = tokenizer_json
+        self._last_step_time: float | None = None
+
+    # -- optimisation ---------------------------------------------------------------------------
+    def configure_optimizers(self):
+        optimizer, scheduler = build_optimizer(
+            self.model, self.recipe.optim, self.recipe.trainer.max_steps
+        )
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def log_throughput(self, tokens: int, batch_size: int) -> None:
+        """Tokens per second between consecutive training steps (data loading included)."""
+        now = time.perf_counter()
+        if self._last_step_time is not None:
+            elapsed = max(now - self._last_step_time, 1e-9)
+            self.log("train/tok_s", tokens / elapsed, prog_bar=True, on_step=True,
+                     on_epoch=False, batch_size=batch_size)
+        self._last_step_time = now
+        optimizer = self.optimizers(use_pl_optimizer=False)
+        self.log("train/lr", optimizer.param_groups[0]["lr"], prog_bar=True, on_step=True,
+                 on_epoch=False, batch_size=batch_size)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["normzoo"] = {
+            "version": __version__,
+            "recipe": self.recipe.to_dict(),
+            "tokenizer": self.tokenizer_json,
+            "plugins": self.model.plugins,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.tokenizer_json = checkpoint.get("normzoo", {}).get("tokenizer", "")
+

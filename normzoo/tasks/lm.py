@@ -1,0 +1,60 @@
+"""Language modelling: masked LM (BERT-style, MLM accuracy) and causal LM (perplexity)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+
+from normzoo.tasks.base import NormzooTask
+
+
+class _TokenPrediction(NormzooTask):
+    """Cross-entropy on the positions whose label is not -100."""
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens)
+
+    def step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self.logits(batch["tokens"]).float()
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        targets = labels.ne(-100)
+        correct = (logits.argmax(dim=-1).eq(labels) & targets).sum()
+        return loss, correct, targets.sum()
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        loss, _, _ = self.step(batch)
+        size = batch["tokens"].shape[0]
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=size)
+        self.log_throughput(batch["ntokens"], size)
+        return loss
+
+
+class MaskedLMTask(_TokenPrediction):
+    """BERT-style masked LM; validation reports loss and accuracy on the masked positions."""
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss, correct, total = self.step(batch)
+        n = int(total)
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=n)
+        self.log("val/mlm_acc", correct.float() / total.clamp(min=1), prog_bar=True,
+                 sync_dist=True, batch_size=n)
+
+
+class CausalLMTask(_TokenPrediction):
+    """GPT-style causal LM; validation reports loss and perplexity (exp of the token mean)."""
+
+    def __init__(self, recipe: dict[str, Any], vocab_size: int, tokenizer_json: str = "") -> None:
+        super().__init__(recipe, vocab_size, tokenizer_json)
+        self.val_nll = MeanMetric()  # token-weighted, synchronised across processes
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss, _, total = self.step(batch)
+        self.val_nll.update(loss.detach(), total)
+        self.log("val/loss", self.val_nll, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/ppl", torch.exp(self.val_nll.compute().clamp(max=50.0)), prog_bar=True)

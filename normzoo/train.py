@@ -1,0 +1,167 @@
+"""One training run from a recipe: run directory, tokenizer, data, task, Trainer, final test.
+
+Run directory layout::
+
+    recipe.yaml          the resolved recipe (overrides applied)
+    tokenizer.json       the tokenizer the model was trained with
+    checkpoints/         last.ckpt and the best by the validation metric
+    logs/csv/            metrics.csv (Lightning CSVLogger)
+    logs/tb/             TensorBoard events
+    summary.json         final metrics, wall time, test scores
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from normzoo.errors import NormzooError
+from normzoo.recipe import Recipe
+
+TASKS = {
+    "translation": ("normzoo.tasks.translation", "TranslationTask", "val/bleu", "max"),
+    "mlm": ("normzoo.tasks.lm", "MaskedLMTask", "val/loss", "min"),
+    "causal_lm": ("normzoo.tasks.lm", "CausalLMTask", "val/loss", "min"),
+}
+
+
+class RunDirectoryExists(NormzooError):
+    """A run directory already holds a run; refuse to overwrite it silently."""
+
+
+def prepare_run_dir(recipe: Recipe, recipe_path: str | Path, force: bool) -> Path:
+    run_dir = Path(recipe.run.dir or Path("runs") / Path(recipe_path).stem)
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not force:
+            raise RunDirectoryExists(
+                f"run directory {run_dir} already holds a run; pass --force to overwrite it, "
+                "or choose another with run.dir=PATH"
+            )
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def task_class(task: str):
+    import importlib
+
+    module, name, _, _ = TASKS[task]
+    return getattr(importlib.import_module(module), name)
+
+
+def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    t = recipe.trainer
+    _, _, monitor, mode = TASKS[recipe.task]
+    if recipe.task == "translation" and not recipe.eval.valid_bleu:
+        monitor, mode = "val/loss", "min"
+    checkpoint = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints",
+        filename="best-{step}",
+        monitor=monitor,
+        mode=mode,
+        save_top_k=t.save_top_k,
+        save_last=True,
+        auto_insert_metric_name=False,
+    )
+    callbacks: list[Any] = [checkpoint]
+    if t.progress_bar:
+        callbacks.append(RichProgressBar(leave=True))
+    loggers = [
+        CSVLogger(run_dir / "logs", name="csv", version=""),
+        TensorBoardLogger(run_dir / "logs", name="tb", version="", default_hp_metric=False),
+    ]
+    return L.Trainer(
+        default_root_dir=run_dir,
+        max_steps=t.max_steps,
+        max_epochs=t.max_epochs if t.max_epochs is not None else -1,
+        max_time=t.max_time,
+        val_check_interval=t.val_every_steps * t.accumulate,
+        check_val_every_n_epoch=None,
+        log_every_n_steps=t.log_every_steps,
+        accumulate_grad_batches=t.accumulate,
+        gradient_clip_val=recipe.optim.clip_norm or None,
+        precision=t.precision,
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=t.strategy,
+        callbacks=callbacks,
+        logger=loggers,
+        use_distributed_sampler=False,  # token-budget batches are sharded by our own sampler
+        enable_progress_bar=t.progress_bar,
+        **extra,
+    )
+
+
+def run(recipe: Recipe, recipe_path: str | Path, *, force: bool = False) -> dict[str, Any]:
+    """Train ``recipe`` and return the summary (also written to ``summary.json``)."""
+    import lightning as L
+
+    from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
+
+    started = time.perf_counter()
+    run_dir = prepare_run_dir(recipe, recipe_path, force)
+    (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
+    L.seed_everything(recipe.seed, workers=True, verbose=False)
+
+    tokenizer = fit_tokenizer(recipe)
+    tokenizer.save(run_dir / "tokenizer.json")
+    data = TextDataModule(recipe, tokenizer)
+    task = task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size, tokenizer.to_str())
+    if recipe.task == "translation":
+        data.setup("fit")
+        task.valid_references = data.references[recipe.data.valid_split]
+
+    trainer = build_trainer(recipe, run_dir)
+    trainer.fit(task, datamodule=data)
+    summary: dict[str, Any] = {
+        "recipe": str(recipe_path),
+        "run_dir": str(run_dir),
+        "steps": trainer.global_step,
+        "train_wall_s": round(time.perf_counter() - started, 1),
+        "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
+        "validation": {k: float(v) for k, v in trainer.callback_metrics.items()
+                       if k.startswith("val/")},
+    }
+    summary["test"] = test_best(recipe, task, data, trainer)
+    summary["total_wall_s"] = round(time.perf_counter() - started, 1)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def test_best(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
+    """Score the best checkpoint on the test split (BLEU for translation, else task metrics)."""
+    import torch
+
+    best = trainer.checkpoint_callback.best_model_path
+    if best:
+        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+        task.load_state_dict(state)
+    split = recipe.data.test_split
+    if recipe.task != "translation":
+        metrics = trainer.validate(task, dataloaders=data.test_dataloader(), verbose=False)
+        return {"split": split, **{k.replace("val/", ""): float(v)
+                                   for k, v in metrics[0].items()}}
+
+    from normzoo.evaluate import translate_dataset
+    from normzoo.scoring import score
+
+    test = data.dataset(split)
+    sources = data.sources[split]
+    hyps = translate_dataset(task.model, data.tokenizer, test, recipe.eval,
+                             recipe.data.max_tokens)
+    refs = data.references[split]
+    result = score(hyps, refs)
+    copy = score(sources, refs)
+    (Path(trainer.default_root_dir) / f"hyps.{split}.txt").write_text(
+        "\n".join(hyps) + "\n", encoding="utf-8")
+    return {"split": split, "bleu": round(result.bleu, 2), "chrf": round(result.chrf, 2),
+            "signature": result.bleu_signature, "copy_source_bleu": round(copy.bleu, 2),
+            "sentences": result.sentences}

@@ -1,0 +1,77 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from normzoo import registry
+
+
+class FakeDists:
+    """Installed-looking distributions (``.dist-info`` + modules) in folders, without pip."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.active: list[str] = []
+
+    def write(
+        self,
+        name: str,
+        version: str,
+        entry_points: dict[str, dict[str, str]],
+        modules: dict[str, str] | None = None,
+        folder: str = "site",
+    ) -> Path:
+        """Write distribution ``name`` into ``root/folder``; returns that folder.
+
+        ``entry_points`` maps a group (``normzoo.norms``) to ``{name: "module:attr"}``;
+        ``modules`` maps a top-level module name to its source.
+        """
+        where = self.root / folder
+        info = where / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        lines = []
+        for group, names in entry_points.items():
+            lines += [f"[{group}]", *(f"{key} = {value}" for key, value in names.items()), ""]
+        (info / "entry_points.txt").write_text("\n".join(lines))
+        for module, source in (modules or {}).items():
+            (where / f"{module}.py").write_text(textwrap.dedent(source))
+        return where
+
+    def activate(self, *folders: Path) -> None:
+        """Put ``folders`` first on ``sys.path`` (in this order) and re-read the registries."""
+        for folder in reversed(folders):
+            sys.path.insert(0, str(folder))
+            self.active.append(str(folder))
+        importlib.invalidate_caches()
+        registry.norms.refresh()
+        registry.residuals.refresh()
+
+    def restore(self) -> None:
+        for folder in self.active:
+            while folder in sys.path:
+                sys.path.remove(folder)
+            sys.path_importer_cache.pop(folder, None)
+            for name, module in list(sys.modules.items()):
+                if str(getattr(module, "__file__", None) or "").startswith(folder):
+                    del sys.modules[name]
+        importlib.invalidate_caches()
+        registry.norms.refresh()
+        registry.residuals.refresh()
+
+
+@pytest.fixture
+def fake_dists(tmp_path: Path) -> Iterator[FakeDists]:
+    """Fake third-party distributions for one test; sys.path and the registries are restored."""
+    dists = FakeDists(tmp_path)
+    try:
+        yield dists
+    finally:
+        dists.restore()

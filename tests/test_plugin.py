@@ -1,0 +1,251 @@
+"""The example third-party plugin (plugins/normzoo-example-plugin), built and installed by pip.
+
+pip builds the plugin's wheel offline (``--no-build-isolation --no-index``: setuptools must be in
+this environment) and installs it with ``--target`` into a temporary folder that is put on
+``sys.path``: the same files a ``pip install`` writes into site-packages, found through the same
+entry points, while the environment itself is never modified, even if the run is killed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from normzoo import registry
+from normzoo.cli import app
+from normzoo.errors import ConfigError
+from normzoo.models import assemble
+
+PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "normzoo-example-plugin"
+DIST, MODULE, VERSION = "normzoo-example-plugin", "normzoo_example_plugin", "0.1.0"
+TINY = {"vocab_size": 30, "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 2,
+        "decoder_layers": 2, "dropout": 0.0, "norm": {"name": "groupnorm", "groups": 2},
+        "residual": "gpt2_scaled"}
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny models: intra-op threads only add overhead, and on a busy machine a lot of it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+def _forget(folder: str) -> None:
+    while folder in sys.path:
+        sys.path.remove(folder)
+    sys.path_importer_cache.pop(folder, None)
+    for name in [n for n in sys.modules if n == MODULE or n.startswith(f"{MODULE}.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    registry.norms.refresh()
+    registry.residuals.refresh()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The plugin, pip-installed into a private folder on sys.path for this module's tests."""
+    try:
+        import setuptools
+    except ImportError:
+        pytest.fail("building the plugin offline needs setuptools: pip install 'setuptools>=77'")
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.fail(f"setuptools {setuptools.__version__} is too old: pip install -U setuptools")
+    # Build from a copy, so the checkout gets no build/ or *.egg-info folders.
+    source = tmp_path_factory.mktemp("plugin-src") / PLUGIN.name
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns(
+        "build", "dist", "*.egg-info", "__pycache__"))
+    target = tmp_path_factory.mktemp("plugin-site")
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+               "--no-index", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+               "--target", str(target), str(source)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.fail(f"pip could not install the plugin:\n{done.stdout}\n{done.stderr}")
+    assert (target / MODULE).is_dir() and list(target.glob(f"{MODULE}-{VERSION}.dist-info"))
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    registry.norms.refresh()
+    registry.residuals.refresh()
+    try:
+        yield target
+    finally:
+        _forget(str(target))
+
+
+def test_the_plugin_is_not_there_without_installing_it():
+    """Guards the fixture: the names come from the installed plugin, nowhere else."""
+    assert "groupnorm" not in registry.norms.names()
+    assert "gpt2_scaled" not in registry.residuals.names()
+
+
+def test_the_plugin_uses_only_normzoos_public_api():
+    for path in (PLUGIN / MODULE).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("normzoo"):
+                assert node.module == "normzoo.residual", f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("normzoo") for a in node.names), path.name
+
+
+def test_installed_names_are_registered_with_their_distribution(site):
+    for reg, name in ((registry.norms, "groupnorm"), (registry.residuals, "gpt2_scaled")):
+        assert reg.info(name).as_dict() == {"name": name, "distribution": DIST,
+                                            "version": VERSION}
+        assert reg.get(name).__module__.startswith(f"{MODULE}.")
+        assert Path(sys.modules[MODULE].__file__).is_relative_to(site)
+    assert "layernorm" in registry.norms and "deepnorm" in registry.residuals
+
+
+def _check_listing(output: str) -> None:
+    for name, text in (("groupnorm", "GroupNorm (Wu & He 2018)"), ("gpt2_scaled", "GPT-2 init")):
+        line = rf"^  {name} +{re.escape(DIST)} {re.escape(VERSION)} +{re.escape(text)}"
+        assert re.search(line, output, re.MULTILINE), f"{name}:\n{output}"
+    assert "BROKEN" not in output and "CONFLICT" not in output
+
+
+def test_normzoo_list_shows_the_plugin(site):
+    result = CliRunner().invoke(app, ["list"])
+    assert result.exit_code == 0, result.output
+    _check_listing(result.output)
+    script = Path(sys.executable).with_name("normzoo")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([str(script), "list"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    _check_listing(done.stdout)
+
+
+def test_groupnorm_values(site):
+    factory = registry.norms.get("groupnorm")
+    torch.manual_seed(0)
+    norm = factory(12, groups=3)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x = 4 * torch.randn(2, 5, 12) + 1
+    g = x.double().reshape(2, 5, 3, 4)
+    mean = g.mean(-1, keepdim=True)
+    var = g.var(-1, unbiased=False, keepdim=True)
+    expected = ((g - mean) / torch.sqrt(var + 1e-5)).reshape(2, 5, 12)
+    expected = expected * norm.weight.double() + norm.bias.double()
+    y = norm(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-5)
+    # Each group on its own has zero mean, unit variance before the affine map.
+    plain = factory(12, groups=3, affine=False)(x).reshape(2, 5, 3, 4)
+    assert plain.mean(-1).abs().max() < 1e-5
+    # groups=1 is LayerNorm.
+    torch.testing.assert_close(factory(12, groups=1)(x), F.layer_norm(x, (12,)))
+    # Float32 statistics under bf16: a large common offset survives.
+    xb = (1000 + 8 * torch.randn(4, 12)).to(torch.bfloat16)
+    yb = factory(12, groups=2)(xb)
+    assert yb.dtype == torch.bfloat16
+    ref = F.layer_norm(xb.double().reshape(4, 2, 6), (6,)).reshape(4, 12).float().bfloat16()
+    assert (yb != ref).float().mean() < 0.05
+    with pytest.raises(ValueError, match="not divisible by groups=5"):
+        factory(12, groups=5)
+
+
+def _twins(family: str, width: int = 16, **residual_options):
+    """The same seed through Pre-LN and gpt2_scaled: only the residual projections differ."""
+    config = {**TINY, "family": family, "d_model": width, "ffn_dim": 2 * width}
+    torch.manual_seed(0)
+    pre = assemble({**config, "residual": "pre"})
+    torch.manual_seed(0)
+    scaled = assemble({**config, "residual": {"name": "gpt2_scaled", **residual_options}})
+    return pre, scaled
+
+
+@pytest.mark.parametrize(("family", "n"), [("decoder", 4), ("encoder_decoder", 6)])
+def test_gpt2_scaled_scales_the_residual_projections(site, family, n):
+    pre, scaled = _twins(family)
+    projections = {"out", "cross_out", "ffn_out"}
+    seen = set()
+    for layer_pre, layer_scaled in zip(pre.decoder.layers, scaled.decoder.layers, strict=True):
+        parts = [("self_attn", ""), ("cross_attn", "cross_"), ("ffn", "")]
+        for attr, prefix in parts:
+            if getattr(layer_pre, attr) is None:
+                continue
+            roles_pre = getattr(layer_pre, attr).role_weights()
+            roles_scaled = getattr(layer_scaled, attr).role_weights()
+            for role, weight in roles_pre.items():
+                full = prefix + role
+                factor = 1 / math.sqrt(n) if full in projections else 1.0
+                torch.testing.assert_close(roles_scaled[role], weight * factor, msg=full)
+                seen.add(full)
+    assert projections <= seen or family == "decoder"
+    assert {"out", "ffn_out", "q", "v"} <= seen
+    # Pre-LN placement and a final norm after the stack, of the configured kind.
+    final = scaled.decoder.ends.final_norm
+    assert type(final).__name__ == "GroupNorm" and final.groups == 2
+    # The rest of the model is untouched.
+    torch.testing.assert_close(scaled.decoder.layers[0].ffn.ffn_in.weight,
+                               pre.decoder.layers[0].ffn.ffn_in.weight)
+
+
+def test_gpt2_scaled_init_std(site):
+    _, scaled = _twins("decoder", width=64, init_std=0.02)
+    roles = scaled.decoder.layers[1].self_attn.role_weights()
+    assert roles["q"].std().item() == pytest.approx(0.02, rel=0.1)
+    assert roles["v"].std().item() == pytest.approx(0.02, rel=0.1)
+    assert roles["out"].std().item() == pytest.approx(0.02 / 2, rel=0.1)  # N = 4
+    ffn = scaled.decoder.layers[0].ffn.role_weights()
+    assert ffn["ffn_out"].std().item() == pytest.approx(0.01, rel=0.1)
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_a_plugin_model_trains(site, family):
+    torch.manual_seed(0)
+    model = assemble({**TINY, "family": family})
+    assert {(p["kind"], p["distribution"], p["version"]) for p in model.plugins} == {
+        ("norm", DIST, VERSION), ("residual", DIST, VERSION)}
+    tokens = torch.randint(1, 30, (4, 9))
+    tokens[2, 6:] = 0  # some padding
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    model.train()
+    for _ in range(8):
+        logits = model(inputs) if family == "decoder" else model(tokens, inputs)
+        loss = F.cross_entropy(logits.reshape(-1, 30), targets.reshape(-1), ignore_index=0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0] - 0.1, losses
+    assert model.decoder.ends.final_norm.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words"),
+    [
+        ({"residual": {"name": "gpt2_scaled", "init_std": -1}}, "model.residual.init_std",
+         "greater than 0"),
+        ({"residual": {"name": "gpt2_scaled", "init_sdt": 0.02}}, "model.residual.init_sdt",
+         "unknown option (did you mean 'init_std'?)"),
+        ({"norm": {"name": "groupnorm", "groups": 0}}, "model.norm.groups", "greater than 0"),
+        ({"norm": {"name": "groupnorm", "groups": "two"}}, "model.norm.groups", "valid integer"),
+    ],
+)
+def test_bad_plugin_options_are_config_errors(site, change, path, words):
+    with pytest.raises(ConfigError) as caught:
+        assemble({**TINY, "family": "decoder", **change})
+    assert [p.path for p in caught.value.problems] == [path]
+    assert words in caught.value.problems[0].message
