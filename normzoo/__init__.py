@@ -4,3 +4,12 @@ Importing the package is cheap: heavy modules (torch, Lightning) load only when 
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``normzoo.load`` without importing torch at ``import normzoo`` time."""
+    if name == "load":
+        from normzoo.checkpoint import load
+
+        return load
+    raise AttributeError(f"module 'normzoo' has no attribute {name!r}")

@@ -4,7 +4,9 @@ bodies, so ``normzoo --help`` answers at once.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -82,9 +84,28 @@ def list_plugins(
         typer.echo(f"{broken} plugin(s) cannot be used until fixed; the others work.")
 
 
+def user_errors(command: Callable[..., None]) -> Callable[..., None]:
+    """Run ``command``, turning a user mistake into a message and exit code 2, no traceback."""
+
+    @functools.wraps(command)
+    def guarded(*args, **kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        except NormzooError as error:
+            if _debug["on"]:
+                raise
+            raise fail(error) from None
+
+    return guarded
+
+
 from normzoo import commands  # noqa: E402  (typer needs the app defined first)
 
-app.command("train")(commands.train)
+for _name, _command in (("train", commands.train), ("evaluate", commands.evaluate),
+                        ("translate", commands.translate), ("export", commands.export)):
+    app.command(_name)(user_errors(_command))
+for _name, _command in (("show", commands.recipe_show), ("validate", commands.recipe_validate)):
+    commands.recipe_app.command(_name)(user_errors(_command))
 app.add_typer(commands.recipe_app, name="recipe")
 
 

@@ -41,7 +41,6 @@ recipe_app = typer.Typer(help="Inspect recipes: print them resolved, or validate
                          no_args_is_help=True)
 
 
-@recipe_app.command("show")
 def recipe_show(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
     overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
@@ -52,7 +51,6 @@ def recipe_show(
     typer.echo(recipes.load(recipe, overrides or []).to_yaml(), nl=False)
 
 
-@recipe_app.command("validate")
 def recipe_validate(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
     overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
@@ -62,3 +60,106 @@ def recipe_validate(
 
     recipes.load(recipe, overrides or [])
     typer.echo(f"{recipe}: ok")
+
+
+def _read_inputs(path: Path | None) -> list[str]:
+    import sys
+
+    from normzoo.data.sources import read_lines
+    from normzoo.errors import NormzooError
+
+    lines = read_lines(path) if path is not None else sys.stdin.read().splitlines()
+    if not lines or not any(line.strip() for line in lines):
+        raise NormzooError("no input sentences (the input is empty)")
+    return lines
+
+
+def evaluate(
+    checkpoint: Path = typer.Argument(..., help="A .ckpt file or an export directory."),
+    split: str = typer.Option(None, help="Split of the recipe's data, e.g. test (default)."),
+    src: Path = typer.Option(None, help="Source sentences, one per line (instead of --split)."),
+    ref: Path = typer.Option(None, help="Raw references, line-aligned with --src."),
+    data_dir: Path = typer.Option(None, help="Where the recipe's data files are now."),
+    beam: int = typer.Option(None, min=1, help="Beam size (default: the recipe's eval.beam)."),
+    lenpen: float = typer.Option(None, min=0.0, help="Length penalty exponent."),
+    batch_tokens: int = typer.Option(4096, min=1, help="Source tokens per decoding batch."),
+    hyps: Path = typer.Option(None, help="Where to write hypotheses (default hyps.SPLIT.txt)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
+    perplexity for language models."""
+    from normzoo.checkpoint import load
+    from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
+    from normzoo.errors import NormzooError
+
+    loaded = load(checkpoint)
+    if (src is None) != (ref is None) and loaded.recipe.task == "translation":
+        raise NormzooError("--src and --ref go together")
+    data = loaded.recipe.data
+    if data_dir is not None:
+        data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
+    name = split or data.test_split
+    if loaded.recipe.task != "translation":
+        lines = read_lines(src) if src is not None else load_text(data, name)
+        result = {"checkpoint": str(checkpoint), "split": str(src or name),
+                  **_lm_metrics(loaded, lines, batch_tokens)}
+        typer.echo(json.dumps(result, indent=2) if as_json else
+                   "  ".join(f"{k}={v}" for k, v in result.items()))
+        return
+    if src is not None:
+        sources, references = read_lines(src), read_lines(ref)
+        if len(sources) != len(references):
+            raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
+        name = src.stem
+    else:
+        sources, references = load_parallel(data, name)
+    from normzoo.scoring import score
+
+    config = loaded.eval_config(beam, lenpen)
+    hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
+                                  max_tokens=batch_tokens)
+    out = hyps or Path(f"hyps.{name}.txt")
+    out.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    result = score(hypotheses, references)
+    report = {"checkpoint": str(checkpoint), "split": name, "beam": config.beam,
+              "lenpen": config.lenpen, "hypotheses": str(out), **result.as_dict()}
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(f"BLEU = {result.bleu:.2f}  chrF = {result.chrf:.2f}  "
+                   f"({result.sentences} sentences, beam {config.beam}, hypotheses in {out})")
+        typer.echo(f"BLEU signature: {result.bleu_signature}")
+        typer.echo(f"chrF signature: {result.chrf_signature}")
+
+
+def _lm_metrics(loaded, lines, batch_tokens):
+    from normzoo.evaluate import language_model_metrics
+
+    return language_model_metrics(loaded, lines, batch_tokens)
+
+
+def translate(
+    checkpoint: Path = typer.Argument(..., help="A .ckpt file or an export directory."),
+    input: Path = typer.Option(None, "--input", "-i", help="Read sentences from FILE, not stdin."),
+    beam: int = typer.Option(None, min=1, help="Beam size (default: the recipe's eval.beam)."),
+    lenpen: float = typer.Option(None, min=0.0, help="Length penalty exponent."),
+    batch_tokens: int = typer.Option(4096, min=1, help="Source tokens per decoding batch."),
+) -> None:
+    """Translate sentences (one per line, stdin or --input) and print one translation per line."""
+    from normzoo.checkpoint import load
+
+    lines = _read_inputs(input)
+    loaded = load(checkpoint)
+    for line in loaded.translate(lines, beam=beam, lenpen=lenpen, max_tokens=batch_tokens):
+        typer.echo(line)
+
+
+def export(
+    checkpoint: Path = typer.Argument(..., help="A .ckpt file written by normzoo train."),
+    out: Path = typer.Option(..., "--out", help="Directory to create."),
+    average: int = typer.Option(1, min=1, help="Average the N most recent checkpoints first."),
+) -> None:
+    """Export a checkpoint to a self-contained directory (safetensors, config, tokenizer)."""
+    from normzoo.export import export as run_export
+
+    typer.echo(f"exported to {run_export(checkpoint, out, average)}")

@@ -38,3 +38,39 @@ def translate_dataset(
         for i, ids in zip(batch["ids"].tolist(), out, strict=True):
             hyps[i] = tokenizer.decode(ids)
     return [hyps[i] for i in sorted(hyps)]
+
+
+@torch.no_grad()
+def language_model_metrics(loaded, lines: list[str], max_tokens: int, seed: int = 0) -> dict:
+    """MLM accuracy (masked LM, seeded masking) or perplexity (causal LM) on raw ``lines``."""
+    import math
+
+    import torch.nn.functional as F
+
+    from normzoo.data.examples import BlockData, SentenceData
+
+    recipe, model = loaded.recipe, loaded.model
+    ids = loaded.tokenizer.encode_batch(lines)
+    if recipe.task == "mlm":
+        data = SentenceData.build(ids, recipe.data.max_len, loaded.tokenizer.vocab_size,
+                                  recipe.data.mask_prob, mask_seed=seed)
+    else:
+        data = BlockData.build(ids, recipe.data.max_len)
+    nll, correct, total = 0.0, 0, 0
+    device = next(model.parameters()).device
+    for items in token_budget_batches(data.lengths(), max_tokens, shuffle=False):
+        batch = data.collate(items)
+        logits = model(batch["tokens"].to(device)).float()
+        labels = batch["labels"].to(device)
+        nll += F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
+                               reduction="sum").item()
+        targets = labels.ne(-100)
+        correct += int((logits.argmax(-1).eq(labels) & targets).sum())
+        total += int(targets.sum())
+    loss = nll / max(total, 1)
+    result = {"task": recipe.task, "tokens": total, "loss": round(loss, 4)}
+    if recipe.task == "mlm":
+        result["mlm_acc"] = round(correct / max(total, 1), 4)
+    else:
+        result["ppl"] = round(math.exp(min(loss, 50.0)), 3)
+    return result

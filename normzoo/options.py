@@ -101,10 +101,14 @@ def validate_options(
                 problems.append(
                     Problem(f"{where}.{key}", f"unknown option{hint}; accepted: {accepted}")
                 )
+    # Check the known options' values too, so every problem is reported in one go.
+    known_options = {k: v for k, v in options.items() if open_ended or k in model.model_fields}
+    validated = None
+    try:
+        validated = model(**known_options)
+    except pydantic.ValidationError as error:
+        problems += pydantic_problems(error, where)
     if problems:
         raise ConfigError(problems)
-    try:
-        validated = model(**options)
-    except pydantic.ValidationError as error:
-        raise ConfigError(pydantic_problems(error, where)) from None
+    assert validated is not None
     return {**validated.model_dump(), **(validated.model_extra or {})}

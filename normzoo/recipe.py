@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pydantic
 import yaml
@@ -72,7 +72,9 @@ class DataConfig(_Section):
     max_tokens: int = Field(default=4096, gt=0, description="token budget of one batch")
     max_len: int = Field(default=256, gt=1, description="longer examples are dropped")
     train_limit: int | None = Field(default=None, gt=0, description="use the first N examples")
-    valid_limit: int | None = Field(default=None, gt=0)
+    valid_limit: int | None = Field(
+        default=None, gt=0, description="use the first N examples of the validation and test splits"
+    )
     mask_prob: float = Field(default=0.15, gt=0, lt=1, description="MLM: fraction masked")
     num_workers: int = Field(default=0, ge=0)
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -121,7 +123,11 @@ class TrainerConfig(_Section):
     devices: int | Literal["auto"] = 1
     num_nodes: int = Field(default=1, gt=0)
     strategy: Literal["auto", "ddp", "fsdp"] = "auto"
-    save_top_k: int = Field(default=1, ge=0)
+    save_top_k: int = Field(default=1, ge=0, description="best checkpoints kept")
+    keep_checkpoints: int = Field(
+        default=5, ge=0,
+        description="most recent step-N.ckpt kept (one per validation), for export --average",
+    )
     progress_bar: bool = True
 
 
@@ -191,6 +197,22 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _is_text_field(key: str) -> bool:
+    """Whether the recipe field at ``key`` holds text (``data.tgt_lang``, ``run.dir``...)."""
+    model: type[BaseModel] = Recipe
+    parts = key.split(".")
+    for part in parts[:-1]:
+        field = model.model_fields.get(part)
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return False
+        model = annotation
+    field = model.model_fields.get(parts[-1])
+    if field is None:
+        return False
+    return field.annotation is str or set(get_args(field.annotation)) == {str, type(None)}
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """A copy of ``data`` with each ``key=value`` set, creating sections as needed."""
     data = copy.deepcopy(data)
@@ -201,6 +223,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         except ConfigError as error:
             problems += error.problems
             continue
+        if value is not None and not isinstance(value, str) and _is_text_field(key):
+            # YAML would read data.tgt_lang=no (Norwegian) as false, and
+            # data.valid_split=2013 as a number: a text field takes the text as written.
+            value = text.partition("=")[2].strip()
         node = data
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):

@@ -71,6 +71,16 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         auto_insert_metric_name=False,
     )
     callbacks: list[Any] = [checkpoint]
+    if t.keep_checkpoints:
+        callbacks.append(ModelCheckpoint(
+            dirpath=run_dir / "checkpoints",
+            filename="step-{step}",
+            monitor="step",
+            mode="max",
+            save_top_k=t.keep_checkpoints,
+            every_n_train_steps=t.val_every_steps,
+            auto_insert_metric_name=False,
+        ))
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))
     loggers = [
@@ -121,6 +131,8 @@ def run(recipe: Recipe, recipe_path: str | Path, *, force: bool = False) -> dict
 
     trainer = build_trainer(recipe, run_dir)
     trainer.fit(task, datamodule=data)
+    # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
+    trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     summary: dict[str, Any] = {
         "recipe": str(recipe_path),
         "run_dir": str(run_dir),
@@ -162,6 +174,12 @@ def test_best(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     copy = score(sources, refs)
     (Path(trainer.default_root_dir) / f"hyps.{split}.txt").write_text(
         "\n".join(hyps) + "\n", encoding="utf-8")
-    return {"split": split, "bleu": round(result.bleu, 2), "chrf": round(result.chrf, 2),
-            "signature": result.bleu_signature, "copy_source_bleu": round(copy.bleu, 2),
-            "sentences": result.sentences}
+    summary = {"split": split, "beam": recipe.eval.beam, "bleu": round(result.bleu, 2),
+               "chrf": round(result.chrf, 2), "signature": result.bleu_signature,
+               "copy_source_bleu": round(copy.bleu, 2), "sentences": result.sentences}
+    if recipe.eval.beam > 1:  # the greedy score beside it shows what the beam search buys
+        greedy = recipe.eval.model_copy(update={"beam": 1})
+        greedy_hyps = translate_dataset(task.model, data.tokenizer, test, greedy,
+                                        recipe.data.max_tokens)
+        summary["greedy_bleu"] = round(score(greedy_hyps, refs).bleu, 2)
+    return summary

@@ -240,3 +240,9 @@ def test_ranks_agree_on_the_epoch_order():
         per_rank = check_shards(lengths, 128, 2, seed=3, epoch=epoch)
         everything = token_budget_batches(lengths, 128, seed=3, epoch=epoch)
         assert per_rank[0] == everything[0::2][: len(per_rank[0])]
+
+
+def test_empty_examples_still_take_a_row():
+    batches = token_budget_batches([0] * 100, 10, shuffle=False)
+    assert_partition(batches, 100)
+    assert [len(b) for b in batches] == [10] * 10

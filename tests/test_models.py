@@ -351,6 +351,23 @@ def test_left_padded_prompt_stays_finite(attention_backend):
     assert_finite_grads(model)
 
 
+def test_fully_masked_keys_contribute_nothing(attention_backend):
+    """Masked keys never contribute, even when every key is masked (an empty source): the
+    query gets 0 from attention (torch>=2.5's rule), whatever this torch's SDPA does there."""
+    model = build("encoder_decoder", "pre", dropout=0.0, seed=45).eval()
+    src, tgt = tokens(2, 6, seed=46), tokens(2, 5, seed=47)
+    src[1] = PAD
+    with torch.no_grad():
+        memory, mask = model.encode(src)
+        expected = model.decode(tgt, memory, mask)
+        noisy = memory.clone()
+        noisy[1] = 10 * torch.randn_like(noisy[1])
+        torch.testing.assert_close(model.decode(tgt, noisy, mask), expected, rtol=0, atol=1e-6)
+        layer = model.decoder.layers[0]
+        out = layer.cross_attn(torch.randn(2, 5, 32), noisy, key_padding_mask=mask)
+        torch.testing.assert_close(out[1], layer.cross_attn.out_proj.bias.expand(5, 32))
+
+
 # -- causality --------------------------------------------------------------------------------
 
 

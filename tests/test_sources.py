@@ -241,7 +241,7 @@ def test_hub_without_a_translation_column(tmp_path: Path, offline):
 
 
 WIKI = {
-    "train": [""] + [" = Title = ", "", " Some text , with spaces . ", "   ", "Last line"],
+    "train": ["", " = Title = ", "", " Some text , with spaces . ", "   ", "Last line"],
     "validation": ["", " = Valid = ", "", " valid text "],
     "test": [" only test "],
 }
@@ -289,3 +289,17 @@ def test_unreachable_hub_dataset_is_a_data_error(offline):
 def test_missing_local_hub_folder_is_a_data_error(tmp_path: Path, offline):
     with pytest.raises(DataError, match="cannot load"):
         load_parallel(DataConfig(source="hub", path=str(tmp_path / "no" / "such")), "train")
+
+
+@pytest.mark.parametrize("error", [OSError("disk full"), RuntimeError("boom"), KeyError("x")])
+def test_any_hub_failure_is_a_data_error(offline, monkeypatch: pytest.MonkeyPatch,
+                                         error: Exception):
+    import datasets
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(datasets, "load_dataset", fail)
+    with pytest.raises(DataError, match=type(error).__name__) as info:
+        load_text(DataConfig(source="hub", path="some/dataset"), "train")
+    assert "some/dataset" in str(info.value)

@@ -65,16 +65,22 @@ class ParallelData:
 
 @dataclass
 class SentenceData:
-    """Encoded sentences for masked LM: BOS + tokens + EOS, one example per line."""
+    """Encoded sentences for masked LM: BOS + tokens + EOS, one example per line.
+
+    With ``mask_seed`` set (validation, evaluation), a batch's masks depend only on the seed and
+    the batch, so the metric compares checkpoints on the same masked tokens every time.
+    """
 
     rows: list[list[int]]
     vocab_size: int
     mask_prob: float
+    mask_seed: int | None = None
 
     @classmethod
-    def build(cls, lines: list[list[int]], max_len: int, vocab_size: int, mask_prob: float):
+    def build(cls, lines: list[list[int]], max_len: int, vocab_size: int, mask_prob: float,
+              mask_seed: int | None = None):
         rows = [[BOS, *ids[: max_len - 2], EOS] for ids in lines if ids]
-        return cls(rows, vocab_size, mask_prob)
+        return cls(rows, vocab_size, mask_prob, mask_seed)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -88,18 +94,21 @@ class SentenceData:
     def collate(self, items: list[int]) -> dict[str, torch.Tensor]:
         """BERT masking: of the chosen positions, 80% -> <mask>, 10% random, 10% unchanged."""
         tokens = pad([self.rows[i] for i in items])
+        rng = None
+        if self.mask_seed is not None:
+            rng = torch.Generator().manual_seed(self.mask_seed * 1_000_003 + items[0])
         maskable = tokens >= len(SPECIALS)
-        chosen = (torch.rand(tokens.shape) < self.mask_prob) & maskable
+        chosen = (torch.rand(tokens.shape, generator=rng) < self.mask_prob) & maskable
         # At least one target per sentence, so no example contributes nothing.
         none = ~chosen.any(dim=1) & maskable.any(dim=1)
         if none.any():
             first = maskable.float().argmax(dim=1)
             chosen[none, first[none]] = True
         labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
-        roll = torch.rand(tokens.shape)
+        roll = torch.rand(tokens.shape, generator=rng)
         inputs = tokens.clone()
         inputs[chosen & (roll < 0.8)] = MASK
-        random_ids = torch.randint(len(SPECIALS), self.vocab_size, tokens.shape)
+        random_ids = torch.randint(len(SPECIALS), self.vocab_size, tokens.shape, generator=rng)
         swap = chosen & (roll >= 0.8) & (roll < 0.9)
         inputs[swap] = random_ids[swap]
         return {"tokens": inputs, "labels": labels, "ntokens": int(maskable.sum())}

@@ -48,7 +48,8 @@ class TextDataModule(L.LightningDataModule):
         lines = self.tokenizer.encode_batch(load_text(data, split, limit))
         if task == "mlm":
             return SentenceData.build(lines, data.max_len, self.tokenizer.vocab_size,
-                                      data.mask_prob)
+                                      data.mask_prob,
+                                      mask_seed=None if training else self.recipe.seed)
         return BlockData.build(lines, data.max_len)
 
     def dataset(self, split: str, training: bool = False):

@@ -1,0 +1,99 @@
+"""``normzoo export``: a self-contained directory that needs neither the run nor Lightning.
+
+Layout::
+
+    model.safetensors   weights (tied embeddings stored once)
+    config.json         the resolved recipe and the vocabulary size
+    tokenizer.json      the tokenizer
+    metadata.json       normzoo version, plugins (name, distribution, version), provenance
+
+``--average N`` averages the parameters of the N most recent checkpoints of the run first, as
+fairseq's ``average_checkpoints.py`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from normzoo import __version__
+from normzoo.checkpoint import CheckpointError, _read_checkpoint, load_checkpoint
+
+
+def _step(path: Path) -> int:
+    return int(_read_checkpoint(path).get("global_step", -1))
+
+
+def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
+    """The ``count`` most recent periodic checkpoints (``step-N.ckpt``, one per validation) of
+    ``checkpoint``'s run, up to ``checkpoint``'s own step, newest first."""
+    newest = _step(checkpoint)
+    periodic = []
+    for path in checkpoint.parent.glob("step-*.ckpt"):
+        match = re.fullmatch(r"step-(\d+)", path.stem)
+        if match and int(match.group(1)) <= newest:
+            periodic.append((int(match.group(1)), path))
+    periodic.sort(reverse=True)
+    if len(periodic) < count:
+        raise CheckpointError(
+            f"--average {count} needs {count} periodic checkpoints (step-N.ckpt) up to step "
+            f"{newest} in {checkpoint.parent}, found {len(periodic)}; trainer.keep_checkpoints "
+            "sets how many a run keeps"
+        )
+    return [path for _, path in periodic[:count]]
+
+
+def average_state(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the checkpoints' float parameters (others taken from the first)."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        state = _read_checkpoint(path)["state_dict"]
+        for key, value in state.items():
+            if key not in total:
+                total[key] = value.double() if value.is_floating_point() else value.clone()
+            elif value.is_floating_point():
+                total[key] += value.double()
+    first = _read_checkpoint(paths[0])["state_dict"]
+    return {k: (v / len(paths)).to(first[k].dtype) if v.is_floating_point() else v
+            for k, v in total.items()}
+
+
+def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
+    """Write an export of ``checkpoint`` to ``out``: complete, or not there at all."""
+    from safetensors.torch import save_model
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    loaded = load_checkpoint(checkpoint)
+    sources = [checkpoint]
+    if average > 1:
+        sources = recent_checkpoints(checkpoint, average)
+        state = {k.removeprefix("model."): v for k, v in average_state(sources).items()}
+        loaded.model.load_state_dict(state)
+    if out.exists() and any(out.iterdir()):
+        raise CheckpointError(f"{out} exists and is not empty; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        save_model(loaded.model, str(staging / "model.safetensors"))
+        config = {"recipe": loaded.recipe.to_dict(), "vocab_size": loaded.tokenizer.vocab_size}
+        (staging / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        loaded.tokenizer.save(staging / "tokenizer.json")
+        metadata = {
+            "normzoo_version": __version__,
+            "plugins": loaded.plugins,
+            "averaged": [str(p) for p in sources],
+            "task": loaded.recipe.task,
+        }
+        (staging / "metadata.json").write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,240 @@
+"""Each task learns on a tiny corpus, and one end-to-end ``normzoo.train.run`` leaves a complete
+run directory behind.
+
+Tiny models (d_model 32, 1 layer) on 200 examples, CPU only: a few seconds per task.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from normzoo import train
+from normzoo.data import builtin
+from normzoo.data.tokenizer import Tokenizer
+from normzoo.recipe import Recipe, from_dict, load
+from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NORMZOO_CACHE", str(tmp_path_factory.mktemp("nzcache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def text_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``{split}.txt`` files for the language-model tasks, from the built-in corpus."""
+    folder = tmp_path_factory.mktemp("text")
+    for split in ("train", "valid", "test"):
+        pairs = builtin.generate(split, size=200 if split == "train" else 40)
+        lines = [s for s, _ in pairs]
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def tiny(task: str, source: dict[str, Any], **sections: dict[str, Any]) -> Recipe:
+    recipe = {
+        "task": task,
+        "seed": 1,
+        "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
+                  "decoder_layers": 1, "dropout": 0.0, "max_positions": 128},
+        "data": {"train_limit": 200, "valid_limit": 20, "max_tokens": 512, "max_len": 64,
+                 "tokenizer": {"vocab_size": 200, "min_frequency": 1}, **source},
+        "optim": {"lr": 3e-3, "warmup_steps": 5, "schedule": "constant"},
+        "trainer": {"max_steps": 40, "progress_bar": False, "accelerator": "cpu"},
+        "eval": {"valid_bleu": False},
+    }
+    for name, values in sections.items():
+        recipe[name] = {**recipe.get(name, {}), **values}
+    return from_dict(recipe)
+
+
+def fixed_loss(task, batch_of) -> float:
+    """Loss on a fixed batch, without dropout and with fixed MLM masking."""
+    was_training = task.training
+    task.eval()
+    try:
+        with torch.no_grad():
+            torch.manual_seed(0)
+            batch = batch_of()
+            if "src" in batch:
+                return float(task.loss(batch, 0.0))
+            return float(task.step(batch)[0])
+    finally:
+        task.train(was_training)
+
+
+@pytest.mark.parametrize("task_name", ["translation", "mlm", "causal_lm"])
+def test_each_task_learns(task_name: str, text_dir: Path):
+    data = ({"source": "builtin"} if task_name == "translation"
+            else {"source": "files", "dir": str(text_dir)})
+    recipe = tiny(task_name, data)
+    L.seed_everything(recipe.seed, verbose=False)
+    tokenizer = fit_tokenizer(recipe)
+    assert isinstance(tokenizer, Tokenizer) and tokenizer.vocab_size <= 200
+    module = TextDataModule(recipe, tokenizer)
+    module.setup("fit")
+    train_set = module.dataset(recipe.data.train_split, training=True)
+    assert len(train_set) > 0
+    task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
+                                         tokenizer.to_str())
+    assert task.model.config.family == recipe.model.family
+
+    items = list(range(min(16, len(train_set))))
+    before = fixed_loss(task, lambda: train_set.collate(items))
+    trainer = L.Trainer(
+        max_steps=40, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, use_distributed_sampler=False, limit_val_batches=0,
+        num_sanity_val_steps=0, accelerator="cpu", devices=1,
+    )
+    trainer.fit(task, datamodule=module)
+    assert trainer.global_step == 40
+    after = fixed_loss(task, lambda: train_set.collate(items))
+    assert after < before - 0.5, (before, after)
+    assert after < 0.9 * before, (before, after)
+
+
+def test_loaders_batch_within_the_budget(text_dir: Path):
+    for name, data in [("translation", {"source": "builtin"}),
+                       ("mlm", {"source": "files", "dir": str(text_dir)}),
+                       ("causal_lm", {"source": "files", "dir": str(text_dir)})]:
+        recipe = tiny(name, data, data={"max_tokens": 256, "max_len": 32})
+        module = TextDataModule(recipe, fit_tokenizer(recipe))
+        module.setup("fit")
+        seen = 0
+        for batch in module.train_dataloader():
+            tensors = [batch[k] for k in ("src", "tgt_in", "tgt_out", "tokens", "labels")
+                       if k in batch]
+            assert all(t.numel() <= 256 for t in tensors), name
+            seen += tensors[0].shape[0]
+        assert seen == len(module.dataset(recipe.data.train_split, training=True))
+
+
+# -- one end-to-end run ----------------------------------------------------------------------------
+
+
+def e2e_recipe(run_dir: Path, **trainer: Any) -> Recipe:
+    return tiny(
+        "translation", {"source": "builtin"},
+        run={"dir": str(run_dir)},
+        optim={"schedule": "inverse_sqrt"},
+        trainer={"max_steps": 20, "val_every_steps": 10, "log_every_steps": 5, **trainer},
+        eval={"valid_bleu": True, "valid_bleu_limit": 10},
+    )
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recipe, Path, dict]:
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    recipe = e2e_recipe(run_dir)
+    summary = train.run(recipe, "x.yaml")
+    return recipe, run_dir, summary
+
+
+def test_run_directory_contents(finished_run):
+    recipe, run_dir, summary = finished_run
+    assert load(run_dir / "recipe.yaml") == recipe
+    tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
+    assert tokenizer.decode(tokenizer.encode("The bakers are blue.")) == "The bakers are blue."
+
+    checkpoints = run_dir / "checkpoints"
+    assert (checkpoints / "last.ckpt").is_file()
+    best = sorted(checkpoints.glob("best-*.ckpt"))
+    assert len(best) == 1  # save_top_k=1
+
+    with open(run_dir / "logs" / "csv" / "metrics.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert len(losses) >= 3  # logged every 5 of 20 steps
+    assert all(loss > 0 for loss in losses)
+    assert any(r.get("val/loss") for r in rows)
+    assert any(r.get("val/bleu") for r in rows)
+    assert list((run_dir / "logs" / "tb").glob("events.out.tfevents.*"))
+
+    on_disk = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    assert on_disk == json.loads(json.dumps(summary))
+    assert on_disk["steps"] == 20
+    assert on_disk["run_dir"] == str(run_dir)
+    assert Path(on_disk["best_checkpoint"]) == best[0]
+    test = on_disk["test"]
+    assert {"bleu", "copy_source_bleu", "chrf", "signature"} <= test.keys()
+    assert test["signature"].startswith("nrefs:1|")
+    assert 0 <= test["bleu"] <= 100 and 0 <= test["copy_source_bleu"] <= 100
+    assert "val/loss" in on_disk["validation"]
+    hyps = (run_dir / f"hyps.{recipe.data.test_split}.txt").read_text(encoding="utf-8")
+    assert len(hyps.splitlines()) == test["sentences"]
+
+
+def test_checkpoint_is_plain_data_and_self_contained(finished_run):
+    recipe, run_dir, _ = finished_run
+    for path in [run_dir / "checkpoints" / "last.ckpt",
+                 *(run_dir / "checkpoints").glob("best-*.ckpt")]:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        meta = ckpt["normzoo"]
+        assert from_dict(meta["recipe"]) == recipe
+        tokenizer = Tokenizer.from_str(meta["tokenizer"])
+        assert tokenizer.to_str() == Tokenizer.load(run_dir / "tokenizer.json").to_str()
+        plugins = {(p["kind"], p["name"]): p for p in meta["plugins"]}
+        assert plugins[("norm", "layernorm")]["distribution"] == "normzoo"
+        assert plugins[("residual", "pre")]["distribution"] == "normzoo"
+        assert all(p["version"] for p in meta["plugins"])
+        # The weights rebuild the model from the checkpoint alone.
+        task = train.task_class(meta["recipe"]["task"])(meta["recipe"], tokenizer.vocab_size,
+                                                        meta["tokenizer"])
+        task.load_state_dict(ckpt["state_dict"])
+
+
+def test_last_checkpoint_holds_the_final_step(finished_run):
+    recipe, run_dir, _ = finished_run
+    (best,) = (run_dir / "checkpoints").glob("best-*.ckpt")
+    if torch.load(best, weights_only=True)["global_step"] == recipe.trainer.max_steps:
+        pytest.skip("the best checkpoint is the final one: the case cannot show")
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == recipe.trainer.max_steps
+
+
+def test_a_second_run_into_the_same_directory(finished_run, monkeypatch: pytest.MonkeyPatch):
+    recipe, run_dir, _ = finished_run
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    with pytest.raises(train.RunDirectoryExists, match="--force"):
+        train.run(recipe, "x.yaml")
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before  # untouched
+
+    # With force=True the old run is cleared and training starts (stopped here, right after).
+    class Started(Exception):
+        pass
+
+    def started(recipe):
+        raise Started
+
+    monkeypatch.setattr("normzoo.tasks.datamodule.fit_tokenizer", started)
+    other = run_dir.parent / "forced"
+    other.mkdir()
+    (other / "old.txt").write_text("old", encoding="utf-8")
+    forced = e2e_recipe(other)
+    with pytest.raises(Started):
+        train.run(forced, "x.yaml", force=True)
+    assert sorted(p.name for p in other.iterdir()) == ["recipe.yaml"]
+    assert load(other / "recipe.yaml") == forced
+
+
+def test_an_empty_run_directory_is_not_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    recipe = e2e_recipe(empty)
+    assert train.prepare_run_dir(recipe, "x.yaml", force=False) == empty
+    # Without run.dir the directory is runs/<recipe file name>.
+    plain = tiny("translation", {"source": "builtin"})
+    assert train.prepare_run_dir(plain, "recipes/quick.yaml", force=False) == Path("runs/quick")
