@@ -55,6 +55,27 @@ class Loaded:
         data = ParallelData.build(ids, [[] for _ in ids], limit, drop_long=False)
         return translate_dataset(self.model, self.tokenizer, data, config, max_tokens)
 
+    def generate(self, prompts: list[str], *, max_new_tokens: int = 50,
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None) -> list[str]:
+        """Continuations of ``prompts`` sampled from a causal LM (temperature 0: greedy)."""
+        from normzoo.data.examples import pad
+        from normzoo.data.tokenizer import BOS
+        from normzoo.decoding import sample
+        from normzoo.models.families import DecoderModel
+
+        if not isinstance(self.model, DecoderModel):
+            raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a causal LM")
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        results = []
+        for prompt in prompts:  # one at a time: prompts of different lengths need no padding
+            ids = pad([[BOS, *self.tokenizer.encode(prompt)]])
+            new = sample(self.model, ids, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_k=top_k, top_p=top_p,
+                         generator=generator)
+            results.append(self.tokenizer.decode(new[0]))
+        return results
+
     def eval_config(self, beam: int | None = None, lenpen: float | None = None) -> EvalConfig:
         update: dict[str, Any] = {}
         if beam is not None:

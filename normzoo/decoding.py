@@ -1,4 +1,4 @@
-"""Decoding translations with the key/value cache: greedy search.
+"""Decoding with the key/value cache: greedy and beam search for translation, sampling for LMs.
 
 The encoder runs once per batch; each step feeds only the newest target token through the
 decoder, whose cache holds the keys and values of the earlier ones.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
-from normzoo.models.families import Seq2SeqModel
+from normzoo.models.families import DecoderModel, Seq2SeqModel
 
 
 def max_target_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor:
@@ -137,3 +137,65 @@ def beam_search(
         return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
     finally:
         model.train(model_was_training)
+
+
+@torch.no_grad()
+def sample(
+    model: DecoderModel,
+    prompt: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Continue each row of ``prompt`` ``[B, T]`` (no padding) by sampling from a causal LM.
+
+    ``temperature`` 0 means greedy; ``top_k`` keeps the k most likely tokens, ``top_p`` the
+    smallest set whose probability reaches p (nucleus sampling). Returns the new token ids of
+    each row, stopping at EOS.
+    """
+    if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None
+                                                                          and top_k < 1):
+        raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 1")
+    model_was_training = model.training
+    model.eval()
+    try:
+        batch = prompt.shape[0]
+        limit = model.config.max_positions - prompt.shape[1]
+        cache = model.new_cache()
+        logits = model(prompt, cache=cache)[:, -1]
+        out = torch.full((batch, max(min(max_new_tokens, limit), 0)), PAD, dtype=torch.long,
+                         device=prompt.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
+        for step in range(out.shape[1]):
+            token = _pick(logits.float(), temperature, top_k, top_p, generator)
+            token[finished] = PAD
+            out[:, step] = token
+            finished |= token.eq(EOS)
+            if bool(finished.all()):
+                break
+            logits = model(token[:, None], cache=cache)[:, -1]
+        return [_strip(row) for row in out.tolist()]
+    finally:
+        model.train(model_was_training)
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
+          generator: torch.Generator | None) -> torch.Tensor:
+    logits[:, PAD] = float("-inf")
+    logits[:, BOS] = float("-inf")
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the tokens ranked above it already reach p.
+        drop = probs.cumsum(dim=-1) - probs >= top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)

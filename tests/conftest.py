@@ -75,3 +75,19 @@ def fake_dists(tmp_path: Path) -> Iterator[FakeDists]:
         yield dists
     finally:
         dists.restore()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The suite's models are tiny: one intra-op thread is as fast, and immune to a busy CPU
+    (two OpenMP threads on a loaded 2-core machine can be 20x slower). Slow real-data tests
+    keep every thread."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

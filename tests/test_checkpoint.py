@@ -233,3 +233,36 @@ def test_mlm_checkpoint_reports_accuracy(tmp_path_factory):
     assert report["task"] == "mlm" and 0.0 <= report["mlm_acc"] <= 1.0 and report["tokens"] > 0
     again = runner.invoke(app, ["evaluate", str(run / "checkpoints" / "last.ckpt"), "--json"])
     assert json.loads(again.output)["loss"] == report["loss"]  # fixed masks: same number
+
+
+def test_bleu_from_the_export_equals_bleu_from_the_checkpoint(ckpt, test_files, tmp_path):
+    src, ref = test_files
+    out = export(ckpt, tmp_path / "export")
+    scores = []
+    for target in (ckpt, out):
+        result = runner.invoke(app, ["evaluate", str(target), "--src", str(src), "--ref",
+                                     str(ref), "--hyps", str(tmp_path / "h.txt"), "--json"])
+        assert result.exit_code == 0, result.output
+        scores.append(json.loads(result.output)["bleu"])
+    assert scores[0] == scores[1]
+
+
+def test_causal_lm_checkpoint_generates_and_reports_perplexity(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lmtext")
+    for split, size in (("train", 300), ("valid", 30), ("test", 30)):
+        lines = [s for s, _ in builtin.generate(split, size=size)]
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = folder / "run"
+    recipe = _recipe("causal_lm", run, source="files", dir=str(folder))
+    recipe["trainer"].update(max_steps=20, val_every_steps=10)
+    recipe["data"]["train_limit"] = 300
+    train.run(from_dict(recipe), "lm.yaml")
+    last = run / "checkpoints" / "last.ckpt"
+    loaded = normzoo.load(last)
+    first = loaded.generate(["The dog"], max_new_tokens=6, seed=0)
+    assert first == loaded.generate(["The dog"], max_new_tokens=6, seed=0)
+    assert isinstance(first[0], str)
+    result = runner.invoke(app, ["evaluate", str(last), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["task"] == "causal_lm" and 1.0 < report["ppl"] < 400  # vocab is 400

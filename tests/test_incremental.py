@@ -20,14 +20,6 @@ SCHEMES = [
 VOCAB, PAD = 31, 0
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster, and immune to busy CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def assert_logits_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
     """float32 tolerance, relative to the logits' scale (a few units to a few tens)."""

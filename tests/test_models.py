@@ -27,14 +27,6 @@ FAMILIES = ["encoder", "decoder", "encoder_decoder"]
 VOCAB, PAD = 29, 0
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster, and immune to busy CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def config(family: str, residual="pre", *, layers: int = 2, **overrides) -> dict:
     base = {

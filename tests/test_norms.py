@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -19,14 +18,6 @@ NAMES = ["layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm"]
 DIM = 16
 
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny models: intra-op threads only add overhead, and on a busy machine a lot of it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 def make(name: str, dim: int = DIM, **options) -> torch.nn.Module:
     factory = norms.get(name)

@@ -23,14 +23,6 @@ ATOL = 1e-5
 NORM_FIRST = {"post": False, "pre": True}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster, and immune to busy CPUs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def build(family: str, residual: str, *, fused: bool = True, layers: int = 1,
           activation: str = "relu"):

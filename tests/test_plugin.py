@@ -37,14 +37,6 @@ TINY = {"vocab_size": 30, "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_lay
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny models: intra-op threads only add overhead, and on a busy machine a lot of it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 def _forget(folder: str) -> None:
     while folder in sys.path:
         sys.path.remove(folder)
