@@ -18,6 +18,9 @@ def train(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
     overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing run directory."),
+    resume: str = typer.Option(
+        None, help="Continue a run: 'auto' (its checkpoints/last.ckpt) or a checkpoint path."
+    ),
 ) -> None:
     """Train a model from RECIPE; writes a run directory with checkpoints, logs and a summary."""
     from normzoo import recipe as recipes
@@ -25,7 +28,9 @@ def train(
     resolved = recipes.load(recipe, overrides or [])
     from normzoo.train import run
 
-    summary = run(resolved, recipe, force=force)
+    summary = run(resolved, recipe, force=force, resume=resume)
+    if summary is None:  # another process of a multi-process run: rank 0 reports
+        return
     typer.echo(json.dumps(summary, indent=2))
     test = summary.get("test", {})
     if "bleu" in test:

@@ -12,6 +12,7 @@ Run directory layout::
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import time
@@ -32,8 +33,27 @@ class RunDirectoryExists(NormzooError):
     """A run directory already holds a run; refuse to overwrite it silently."""
 
 
+class TrainerSetupError(NormzooError):
+    """The recipe's trainer settings cannot run on this machine (devices, strategy, precision)."""
+
+
+def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
+    return Path(recipe.run.dir or Path("runs") / Path(recipe_path).stem)
+
+
+def global_rank() -> int:
+    """This process's rank, known before the Trainer exists (from the launcher's environment).
+
+    Lightning's launcher re-runs ``normzoo train`` once per extra process, and torchrun or SLURM
+    start every process the same way: only rank 0 may create or write the run directory.
+    """
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) or 0
+
+
 def prepare_run_dir(recipe: Recipe, recipe_path: str | Path, force: bool) -> Path:
-    run_dir = Path(recipe.run.dir or Path("runs") / Path(recipe_path).stem)
+    run_dir = run_directory(recipe, recipe_path)
     if run_dir.exists() and any(run_dir.iterdir()):
         if not force:
             raise RunDirectoryExists(
@@ -58,6 +78,15 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     t = recipe.trainer
+    strategy: Any = t.strategy
+    if t.strategy == "fsdp":
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        from normzoo.models.layers import DecoderLayer, EncoderLayer
+
+        # One FSDP unit per Transformer layer; each process saves its own shard.
+        strategy = FSDPStrategy(auto_wrap_policy={EncoderLayer, DecoderLayer},
+                                state_dict_type="sharded")
     _, _, monitor, mode = TASKS[recipe.task]
     if recipe.task == "translation" and not recipe.eval.valid_bleu:
         monitor, mode = "val/loss", "min"
@@ -87,52 +116,113 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         CSVLogger(run_dir / "logs", name="csv", version=""),
         TensorBoardLogger(run_dir / "logs", name="tb", version="", default_hp_metric=False),
     ]
-    return L.Trainer(
-        default_root_dir=run_dir,
-        max_steps=t.max_steps,
-        max_epochs=t.max_epochs if t.max_epochs is not None else -1,
-        max_time=t.max_time,
-        val_check_interval=t.val_every_steps * t.accumulate,
-        check_val_every_n_epoch=None,
-        log_every_n_steps=t.log_every_steps,
-        accumulate_grad_batches=t.accumulate,
-        gradient_clip_val=recipe.optim.clip_norm or None,
-        precision=t.precision,
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=t.strategy,
-        callbacks=callbacks,
-        logger=loggers,
-        use_distributed_sampler=False,  # token-budget batches are sharded by our own sampler
-        enable_progress_bar=t.progress_bar,
-        **extra,
-    )
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        return L.Trainer(
+            default_root_dir=run_dir,
+            max_steps=t.max_steps,
+            max_epochs=t.max_epochs if t.max_epochs is not None else -1,
+            max_time=t.max_time,
+            val_check_interval=t.val_every_steps * t.accumulate,
+            check_val_every_n_epoch=None,
+            log_every_n_steps=t.log_every_steps,
+            accumulate_grad_batches=t.accumulate,
+            gradient_clip_val=recipe.optim.clip_norm or None,
+            precision=t.precision,
+            accelerator=t.accelerator,
+            devices=t.devices,
+            num_nodes=t.num_nodes,
+            strategy=strategy,
+            callbacks=callbacks,
+            logger=loggers,
+            use_distributed_sampler=False,  # token-budget batches are sharded by our sampler
+            enable_progress_bar=t.progress_bar,
+            **extra,
+        )
+    except (MisconfigurationException, ValueError, RuntimeError) as error:
+        raise TrainerSetupError(
+            f"trainer settings (accelerator={t.accelerator}, devices={t.devices}, "
+            f"num_nodes={t.num_nodes}, strategy={t.strategy}, precision={t.precision}) cannot "
+            f"run on this machine: {error}"
+        ) from None
 
 
-def run(recipe: Recipe, recipe_path: str | Path, *, force: bool = False) -> dict[str, Any]:
-    """Train ``recipe`` and return the summary (also written to ``summary.json``)."""
+def read_metrics(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def write_metrics(path: Path, rows: list[dict[str, str]]) -> None:
+    fields = sorted({key for row in rows for key in row})
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+def resume_checkpoint(run_dir: Path, resume: str) -> Path:
+    """``auto`` -> the run's ``checkpoints/last.ckpt``; otherwise the path given."""
+    path = run_dir / "checkpoints" / "last.ckpt" if resume == "auto" else Path(resume)
+    if not path.exists():
+        raise RunDirectoryExists(f"cannot resume: no checkpoint at {path}")
+    return path
+
+
+def run(
+    recipe: Recipe, recipe_path: str | Path, *, force: bool = False, resume: str | None = None
+) -> dict[str, Any] | None:
+    """Train ``recipe`` and return the summary (also written to ``summary.json``).
+
+    Under several processes only rank 0 creates and writes the run directory and returns the
+    summary; the other ranks return None. ``resume`` (``auto`` or a checkpoint path) continues
+    a run in its own directory: model, optimizer, schedule and step count.
+    """
     import lightning as L
 
+    from normzoo.data.tokenizer import Tokenizer
     from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
 
     started = time.perf_counter()
-    run_dir = prepare_run_dir(recipe, recipe_path, force)
-    (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
+    rank = global_rank()
+    run_dir = run_directory(recipe, recipe_path)
+    ckpt_path = resume_checkpoint(run_dir, resume) if resume else None
+    # The Trainer first: settings the hardware cannot run fail before anything is written.
+    trainer = build_trainer(recipe, run_dir)
+    if rank == 0 and ckpt_path is None:
+        prepare_run_dir(recipe, recipe_path, force)
+    if rank == 0:
+        (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
     L.seed_everything(recipe.seed, workers=True, verbose=False)
 
-    tokenizer = fit_tokenizer(recipe)
-    tokenizer.save(run_dir / "tokenizer.json")
+    saved = run_dir / "tokenizer.json"
+    if saved.is_file() and (rank > 0 or ckpt_path is not None):
+        tokenizer = Tokenizer.load(saved)  # the one rank 0 (or the first run) trained
+    else:
+        tokenizer = fit_tokenizer(recipe)
+    if rank == 0:
+        tokenizer.save(saved)
     data = TextDataModule(recipe, tokenizer)
     task = task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size, tokenizer.to_str())
     if recipe.task == "translation":
         data.setup("fit")
         task.valid_references = data.references[recipe.data.valid_split]
 
-    trainer = build_trainer(recipe, run_dir)
-    trainer.fit(task, datamodule=data)
+    metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
+    history = read_metrics(metrics_file) if ckpt_path is not None and rank == 0 else []
+    trainer.fit(task, datamodule=data, ckpt_path=ckpt_path)
+    if history:  # Lightning's CSV logger starts the file afresh: keep the earlier rows
+        write_metrics(metrics_file, history + read_metrics(metrics_file))
     # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
     trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    if recipe.task != "translation":  # trainer.validate is collective: every rank takes part
+        lm_test = test_language_model(recipe, task, data, trainer)
+    if not trainer.is_global_zero:
+        return None
     summary: dict[str, Any] = {
         "recipe": str(recipe_path),
         "run_dir": str(run_dir),
@@ -142,26 +232,34 @@ def run(recipe: Recipe, recipe_path: str | Path, *, force: bool = False) -> dict
         "validation": {k: float(v) for k, v in trainer.callback_metrics.items()
                        if k.startswith("val/")},
     }
-    summary["test"] = test_best(recipe, task, data, trainer)
+    summary["test"] = (test_translation(recipe, task, data, trainer)
+                       if recipe.task == "translation" else lm_test)
     summary["total_wall_s"] = round(time.perf_counter() - started, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
 
 
-def test_best(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
-    """Score the best checkpoint on the test split (BLEU for translation, else task metrics)."""
+def _load_best(task, trainer) -> None:
     import torch
 
     best = trainer.checkpoint_callback.best_model_path
-    if best:
+    if best and Path(best).is_file():  # FSDP's sharded checkpoints are folders: keep weights
         state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
         task.load_state_dict(state)
-    split = recipe.data.test_split
-    if recipe.task != "translation":
-        metrics = trainer.validate(task, dataloaders=data.test_dataloader(), verbose=False)
-        return {"split": split, **{k.replace("val/", ""): float(v)
-                                   for k, v in metrics[0].items()}}
 
+
+def test_language_model(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
+    """Task metrics of the best checkpoint on the test split (all ranks take part)."""
+    _load_best(task, trainer)
+    metrics = trainer.validate(task, dataloaders=data.test_dataloader(), verbose=False)
+    return {"split": recipe.data.test_split,
+            **{k.replace("val/", ""): float(v) for k, v in metrics[0].items()}}
+
+
+def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
+    """BLEU of the best checkpoint on the test split, decoded by rank 0 alone."""
+    _load_best(task, trainer)
+    split = recipe.data.test_split
     from normzoo.evaluate import translate_dataset
     from normzoo.scoring import score
 

@@ -156,90 +156,204 @@ def test_unshuffled_sampler_ignores_the_epoch():
     assert list(sampler) == first
 
 
-def shards(lengths, max_tokens, world_size, *, seed=0, epoch=0, shuffle=True):
-    samplers = [TokenBudgetSampler(lengths, max_tokens, seed=seed, shuffle=shuffle, rank=r,
-                                   world_size=world_size) for r in range(world_size)]
-    for s in samplers:
-        s.set_epoch(epoch)
-    return [list(s) for s in samplers], samplers
+# -- sharding: each global batch of world_size * max_tokens split across the ranks -------------
 
 
-def check_shards(lengths, max_tokens, world_size, *, seed=0, epoch=0, shuffle=True):
-    per_rank, samplers = shards(lengths, max_tokens, world_size, seed=seed, epoch=epoch,
-                                shuffle=shuffle)
-    everything = token_budget_batches(lengths, max_tokens, seed=seed, epoch=epoch,
-                                      shuffle=shuffle)
-    counts = {len(b) for b in per_rank}
-    assert len(counts) == 1, f"ranks step together: {[len(b) for b in per_rank]}"
-    assert all(len(s) == len(b) for s, b in zip(samplers, per_rank, strict=True))
-    # Together the ranks cover every example ...
-    taken = [i for batches in per_rank for b in batches for i in b]
-    assert set(taken) == set(range(len(lengths)))
-    # ... each batch of the epoch once, plus fewer than world_size repeats to even them out.
-    got = Counter(tuple(b) for batches in per_rank for b in batches)
-    want = Counter(tuple(b) for b in everything)
-    extra = got - want
-    assert not want - got
-    assert sum(extra.values()) == len(per_rank[0]) * world_size - len(everything)
-    assert sum(extra.values()) < world_size or not everything
-    for batch in extra:
-        assert batch in want  # a repeat is a copy of a real batch
-    # No example is in two different batches.
-    assert_partition(everything, len(lengths))
+def rank_batches(lengths, max_tokens, world_size, *, seed=0, epoch=0, shuffle=True):
+    """Each rank's batches for the epoch, from its own sampler, as on separate processes."""
+    per_rank = []
+    for rank in range(world_size):
+        sampler = TokenBudgetSampler(lengths, max_tokens, seed=seed, shuffle=shuffle, rank=rank,
+                                     world_size=world_size)
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(sampler) == len(batches)
+        per_rank.append(batches)
     return per_rank
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 57, 300])
-def test_two_ranks_cover_everything_in_step(n: int):
-    lengths = random_lengths(n, seed=n)
-    per_rank = check_shards(lengths, 128, 2)
-    if n >= 57:
-        assert not set(map(tuple, per_rank[0])) & set(map(tuple, per_rank[1])) or (
-            len(token_budget_batches(lengths, 128)) % 2 == 1)
+def check_shards(lengths, max_tokens, world_size, *, seed=0, epoch=0, shuffle=True):
+    """The ranks step together through the global batches, each taking ``batch[rank::world]``."""
+    per_rank = rank_batches(lengths, max_tokens, world_size, seed=seed, epoch=epoch,
+                            shuffle=shuffle)
+    global_batches = token_budget_batches(lengths, max_tokens, seed=seed, epoch=epoch,
+                                          shuffle=shuffle, shards=world_size)
+    assert_partition(global_batches, len(lengths))
+    # (1) Every rank has one step per global batch.
+    assert [len(b) for b in per_rank] == [len(global_batches)] * world_size
+    small = []  # global batches with fewer examples than ranks: they are topped up
+    for step, batch in enumerate(global_batches):
+        slices = [batches[step] for batches in per_rank]
+        assert all(slices), "every rank has something to step on"
+        # (2) Together the ranks hold exactly this step's global batch ...
+        assert {i for s in slices for i in s} == set(batch)
+        if len(batch) >= world_size:
+            # ... each example on one rank only, the shares as even as can be ...
+            assert sorted(i for s in slices for i in s) == sorted(batch)
+            assert max(map(len, slices)) - min(map(len, slices)) <= 1
+        else:
+            # ... or, when there are too few examples, one each, repeating some.
+            assert [len(s) for s in slices] == [1] * world_size
+            small.append(batch)
+        # Every world_size-th example (the batch is in length order: shares alike in length).
+        for rank, s in enumerate(slices):
+            assert s == (batch[rank::world_size] or [batch[rank % len(batch)]])
+        # (4) A rank's padded share: at most max_tokens plus its longest example.
+        for s in slices:
+            longest = max(max(lengths[i], 1) for i in s)
+            assert len(s) * longest <= max_tokens + longest
+    # (2) Over the epoch every example once; repeats only from the topped-up batches, and since
+    # any world_size examples fit a global batch, only one of those (the last in length order).
+    seen = Counter(i for batches in per_rank for b in batches for i in b)
+    assert set(seen) == set(range(len(lengths)))
+    repeated = {i for i, count in seen.items() if count > 1}
+    assert repeated <= {i for b in small for i in b}
+    assert sum(seen.values()) - len(lengths) == sum(world_size - len(b) for b in small)
+    assert len(small) <= 1
+    return per_rank, global_batches
 
 
-def test_two_ranks_share_no_batch_when_the_count_is_even():
-    lengths = [10] * 40  # 4 per batch -> 10 batches
-    per_rank, _ = shards(lengths, 40, 2)
-    assert len(per_rank[0]) == len(per_rank[1]) == 5
-    assert not set(map(tuple, per_rank[0])) & set(map(tuple, per_rank[1]))
+@st.composite
+def budgets_and_lengths(draw, max_size=80):
+    """A per-rank budget and lengths that fit it (0 included: an empty example takes a row)."""
+    max_tokens = draw(st.integers(min_value=1, max_value=120))
+    lengths = draw(st.lists(st.integers(min_value=0, max_value=max_tokens), max_size=max_size))
+    return max_tokens, lengths
 
 
-def test_odd_batch_count_repeats_exactly_one_batch():
-    lengths = [10] * 36  # 9 batches
-    per_rank, _ = shards(lengths, 40, 2)
-    assert len(per_rank[0]) == len(per_rank[1]) == 5
-    shared = set(map(tuple, per_rank[0])) & set(map(tuple, per_rank[1]))
-    assert len(shared) == 1
-
-
-@pytest.mark.parametrize("world_size", [3, 4, 8])
-@pytest.mark.parametrize("n", [1, 2, 5, 40])
-def test_more_ranks_than_batches_still_step_together(world_size: int, n: int):
-    lengths = [10] * n  # 4 per batch
-    per_rank = check_shards(lengths, 40, world_size)
-    assert all(len(b) == -(-len(token_budget_batches(lengths, 40)) // world_size)
-               for b in per_rank)
-
-
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
-    lengths=st.lists(st.integers(min_value=1, max_value=40), max_size=120),
-    max_tokens=st.integers(min_value=40, max_value=400),
-    world_size=st.integers(min_value=1, max_value=5),
-    epoch=st.integers(min_value=0, max_value=2),
+    case=budgets_and_lengths(),
+    world_size=st.integers(min_value=1, max_value=6),
+    seed=st.integers(min_value=0, max_value=3),
+    epoch=st.integers(min_value=0, max_value=3),
     shuffle=st.booleans(),
 )
-def test_sharding_property(lengths, max_tokens, world_size, epoch, shuffle):
-    check_shards(lengths, max_tokens, world_size, epoch=epoch, shuffle=shuffle)
+def test_sharding_property(case, world_size, seed, epoch, shuffle):
+    max_tokens, lengths = case
+    check_shards(lengths, max_tokens, world_size, seed=seed, epoch=epoch, shuffle=shuffle)
 
 
-def test_ranks_agree_on_the_epoch_order():
-    lengths = random_lengths(200, seed=8)
-    for epoch in (0, 1):
-        per_rank = check_shards(lengths, 128, 2, seed=3, epoch=epoch)
-        everything = token_budget_batches(lengths, 128, seed=3, epoch=epoch)
-        assert per_rank[0] == everything[0::2][: len(per_rank[0])]
+@settings(max_examples=120, deadline=None)
+@given(
+    case=budgets_and_lengths(),
+    world_size=st.integers(min_value=1, max_value=6),
+    seed=st.integers(min_value=0, max_value=3),
+    epoch=st.integers(min_value=0, max_value=3),
+    shuffle=st.booleans(),
+)
+def test_ranks_reproduce_one_process_with_their_summed_budget(
+    case, world_size, seed, epoch, shuffle,
+):
+    """(3) world_size ranks at max_tokens=B see, step by step, what 1 process at
+    world_size * B sees: what lets a multi-process run reproduce a single-process one."""
+    max_tokens, lengths = case
+    per_rank = rank_batches(lengths, max_tokens, world_size, seed=seed, epoch=epoch,
+                            shuffle=shuffle)
+    single = TokenBudgetSampler(lengths, world_size * max_tokens, seed=seed, shuffle=shuffle)
+    single.set_epoch(epoch)
+    steps = list(single)
+    assert [len(b) for b in per_rank] == [len(steps)] * world_size
+    for step, batch in enumerate(steps):
+        assert {i for batches in per_rank for i in batches[step]} == set(batch)
+    assert token_budget_batches(lengths, max_tokens, seed=seed, epoch=epoch, shuffle=shuffle,
+                                shards=world_size) == steps
+
+
+def test_two_ranks_reproduce_one_process_on_a_corpus():
+    lengths = random_lengths(1000, seed=11, high=100)
+    for epoch in (0, 1, 2):
+        per_rank = rank_batches(lengths, 256, 2, seed=4, epoch=epoch)
+        single = TokenBudgetSampler(lengths, 512, seed=4)
+        single.set_epoch(epoch)
+        union = [sorted(a + b) for a, b in zip(*per_rank, strict=True)]
+        assert union == [sorted(b) for b in single]
+        assert not any(set(a) & set(b) for a, b in zip(*per_rank, strict=True))
+    # ... and not what 1 process at the per-rank budget sees.
+    assert len(per_rank[0]) < len(token_budget_batches(lengths, 256, seed=4, epoch=2))
+
+
+def test_each_rank_takes_every_world_size_th_example():
+    lengths = [5, 1, 4, 2, 3, 6]  # in length order: 1, 3, 4, 2, 0, 5
+    assert token_budget_batches(lengths, 9, shuffle=False, shards=2) == [[1, 3, 4, 2], [0, 5]]
+    assert rank_batches(lengths, 9, 2, shuffle=False) == [[[1, 4], [0]], [[3, 2], [5]]]
+    lengths = [10] * 10  # 8 fit the global budget of 2 * 40
+    assert rank_batches(lengths, 40, 2, shuffle=False) == [
+        [[0, 2, 4, 6], [8]],
+        [[1, 3, 5, 7], [9]],
+    ]
+
+
+def test_a_global_batch_smaller_than_the_world_is_topped_up_with_repeats():
+    lengths = [10] * 6  # a global budget of 4 * 10: [0, 1, 2, 3], [4, 5]
+    assert rank_batches(lengths, 10, 4, shuffle=False) == [
+        [[0], [4]],
+        [[1], [5]],
+        [[2], [4]],
+        [[3], [5]],
+    ]
+    assert rank_batches([7], 10, 3) == [[[0]], [[0]], [[0]]]
+
+
+def test_a_rank_share_may_pass_max_tokens_by_less_than_one_example():
+    # 3 * 10 fits the global 2 * 15; rank 0 gets two of them: 20 > 15, but <= 15 + 10.
+    assert rank_batches([10] * 3, 15, 2, shuffle=False) == [[[0, 2]], [[1]]]
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4, 8])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 40, 57, 300])
+def test_ranks_step_together(world_size: int, n: int):
+    lengths = [10] * n  # 4 per rank: 4 * world_size per global batch
+    per_rank, global_batches = check_shards(lengths, 40, world_size)
+    assert len(per_rank[0]) == len(global_batches) == -(-n // (4 * world_size))
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 5])
+def test_sharded_epochs_are_deterministic_and_differ(world_size: int):
+    lengths = random_lengths(400, seed=8, high=80)
+    epoch0, _ = check_shards(lengths, 128, world_size, seed=3, epoch=0)
+    assert rank_batches(lengths, 128, world_size, seed=3, epoch=0) == epoch0
+    epoch1, _ = check_shards(lengths, 128, world_size, seed=3, epoch=1)
+    other_seed, _ = check_shards(lengths, 128, world_size, seed=4, epoch=0)
+    for rank in range(world_size):
+        assert epoch1[rank] != epoch0[rank]
+        assert other_seed[rank] != epoch0[rank]
+    # One sampler moved on by set_epoch (its len() and iter() cached) follows along.
+    sampler = TokenBudgetSampler(lengths, 128, seed=3, rank=1, world_size=world_size)
+    assert list(sampler) == epoch0[1]
+    sampler.set_epoch(1)
+    assert len(sampler) == len(epoch1[1])
+    assert list(sampler) == epoch1[1]
+    sampler.set_epoch(0)
+    assert list(sampler) == epoch0[1]
+
+
+def test_unshuffled_shards_ignore_the_epoch():
+    lengths = random_lengths(150, seed=9)
+    assert rank_batches(lengths, 64, 3, shuffle=False, epoch=0) == rank_batches(
+        lengths, 64, 3, shuffle=False, epoch=7)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_an_example_longer_than_max_tokens_raises_when_sharded(world_size: int):
+    # It would fit the global budget, but a rank must hold it alone.
+    with pytest.raises(ValueError, match="example 2 has 9 tokens, more than max_tokens=8"):
+        token_budget_batches([1, 2, 9, 3], 8, shards=world_size)
+    sampler = TokenBudgetSampler([1, 2, 9, 3], 8, rank=1, world_size=world_size)
+    with pytest.raises(ValueError, match="more than max_tokens=8"):
+        list(sampler)
+    assert rank_batches([1, 2, 8, 3], 8, world_size)  # exactly max_tokens is fine
+
+
+def test_one_shard_is_the_single_process_batching():
+    lengths = random_lengths(300, seed=10)
+    for shuffle in (True, False):
+        batches = token_budget_batches(lengths, 200, seed=2, epoch=1, shuffle=shuffle)
+        assert token_budget_batches(lengths, 200, seed=2, epoch=1, shuffle=shuffle,
+                                    shards=1) == batches
+        assert rank_batches(lengths, 200, 1, seed=2, epoch=1, shuffle=shuffle) == [batches]
+    with pytest.raises(ValueError, match="more than max_tokens=8"):
+        token_budget_batches([9], 8, shards=1)
 
 
 def test_empty_examples_still_take_a_row():

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import lightning as L
+import torch
 
 from normzoo import __version__
 from normzoo.models import assemble
@@ -37,6 +38,19 @@ class NormzooTask(L.LightningModule):
         )
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def global_token_mean(self, loss_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """The training loss: this process's summed token losses over the tokens of the whole
+        global batch (all processes), times the number of processes.
+
+        DDP averages gradients over processes, so the update is exactly the one a single
+        process would make on the whole global batch, however the tokens are split.
+        """
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world == 1:
+            return loss_sum / count.clamp(min=1)
+        total = self.trainer.strategy.reduce(count.float(), reduce_op="sum")
+        return loss_sum * world / total.clamp(min=1)
 
     def log_throughput(self, tokens: int, batch_size: int) -> None:
         """Tokens per second between consecutive training steps (data loading included)."""

@@ -17,20 +17,30 @@ class _TokenPrediction(NormzooTask):
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(tokens)
 
-    def step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def step_terms(
+        self, batch: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Summed token loss, correct predictions and target count of ``batch``."""
         logits = self.logits(batch["tokens"]).float()
         labels = batch["labels"]
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        total = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
+                                reduction="sum")
         targets = labels.ne(-100)
         correct = (logits.argmax(dim=-1).eq(labels) & targets).sum()
-        return loss, correct, targets.sum()
+        return total, correct, targets.sum()
+
+    def step(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean token loss, correct predictions and target count of ``batch``."""
+        total, correct, count = self.step_terms(batch)
+        return total / count.clamp(min=1), correct, count
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss, _, _ = self.step(batch)
+        total, _, count = self.step_terms(batch)
         size = batch["tokens"].shape[0]
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=size)
+        self.log("train/loss", total.detach() / count.clamp(min=1), prog_bar=True, on_step=True,
+                 on_epoch=False, batch_size=size)
         self.log_throughput(batch["ntokens"], size)
-        return loss
+        return self.global_token_mean(total, count)
 
 
 class MaskedLMTask(_TokenPrediction):

@@ -28,19 +28,30 @@ class TranslationTask(NormzooTask):
             self._tokenizer = Tokenizer.from_str(self.tokenizer_json)
         return self._tokenizer
 
-    def loss(self, batch: dict[str, torch.Tensor], smoothing: float) -> torch.Tensor:
+    def loss_terms(
+        self, batch: dict[str, torch.Tensor], smoothing: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed (label-smoothed) cross-entropy over the target tokens, and their count."""
         logits = self.model(batch["src"], batch["tgt_in"])
-        return F.cross_entropy(
-            logits.float().flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD,
-            label_smoothing=smoothing,
+        target = batch["tgt_out"]
+        total = F.cross_entropy(
+            logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD,
+            label_smoothing=smoothing, reduction="sum",
         )
+        return total, target.ne(PAD).sum()
+
+    def loss(self, batch: dict[str, torch.Tensor], smoothing: float) -> torch.Tensor:
+        """Mean token loss of ``batch``."""
+        total, count = self.loss_terms(batch, smoothing)
+        return total / count.clamp(min=1)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(batch, self.recipe.optim.label_smoothing)
+        total, count = self.loss_terms(batch, self.recipe.optim.label_smoothing)
         size = batch["src"].shape[0]
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=size)
+        self.log("train/loss", total.detach() / count.clamp(min=1), prog_bar=True, on_step=True,
+                 on_epoch=False, batch_size=size)
         self.log_throughput(batch["ntokens"], size)
-        return loss
+        return self.global_token_mean(total, count)
 
     def on_validation_epoch_start(self) -> None:
         self._hyps = {}
@@ -61,8 +72,16 @@ class TranslationTask(NormzooTask):
             self._hyps[i] = self.tokenizer.decode(ids)
 
     def on_validation_epoch_end(self) -> None:
-        if not self._hyps:
+        hyps = self._hyps
+        if self.trainer.world_size > 1:
+            # Each process decoded its share; the sampler may have repeated a sentence to keep
+            # processes in step. Merging by sentence id scores every sentence exactly once.
+            shares: list[dict[int, str]] = [{} for _ in range(self.trainer.world_size)]
+            torch.distributed.all_gather_object(shares, hyps)
+            hyps = {i: text for share in shares for i, text in share.items()}
+        if not hyps:
             return
+        self._hyps = hyps
         ids = sorted(self._hyps)
         result = score([self._hyps[i] for i in ids], [self.valid_references[i] for i in ids])
         self.log("val/bleu", result.bleu, prog_bar=True)
