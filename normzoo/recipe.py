@@ -142,6 +142,16 @@ class EvalConfig(_Section):
     valid_bleu_limit: int | None = Field(default=None, gt=0, description="sentences decoded")
 
 
+class DiagnosticsConfig(_Section):
+    """Measurements logged during training, and when to stop a diverging run."""
+
+    every_steps: int = Field(
+        default=0, ge=0, description="log stream/branch/gradient diagnostics every N steps; 0: off"
+    )
+    guard: bool = Field(default=True, description="stop on a non-finite loss or gradient")
+    max_loss: float | None = Field(default=None, gt=0, description="also stop above this loss")
+
+
 class RunConfig(_Section):
     dir: str | None = Field(default=None, description="run directory; default runs/<recipe>")
 
@@ -157,6 +167,7 @@ class Recipe(_Section):
     optim: OptimConfig = OptimConfig()
     trainer: TrainerConfig = TrainerConfig()
     eval: EvalConfig = EvalConfig()
+    diagnostics: DiagnosticsConfig = DiagnosticsConfig()
 
     @model_validator(mode="after")
     def _task_fits_family(self) -> Recipe:

@@ -100,6 +100,15 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         auto_insert_metric_name=False,
     )
     callbacks: list[Any] = [checkpoint]
+    diagnostics = recipe.diagnostics
+    if diagnostics.guard or diagnostics.max_loss is not None:
+        from normzoo.diagnostics.callbacks import DivergenceGuard
+
+        callbacks.append(DivergenceGuard(diagnostics.max_loss))
+    if diagnostics.every_steps:
+        from normzoo.diagnostics.callbacks import DiagnosticsCallback
+
+        callbacks.append(DiagnosticsCallback(diagnostics.every_steps))
     if t.keep_checkpoints:
         callbacks.append(ModelCheckpoint(
             dirpath=run_dir / "checkpoints",

@@ -30,6 +30,11 @@ class NormzooTask(L.LightningModule):
         self.model = assemble(self.recipe.model, vocab_size=vocab_size)
         self.tokenizer_json = tokenizer_json
         self._last_step_time: float | None = None
+        self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
+
+    def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The model's logits for a training batch (used to locate a divergence)."""
+        raise NotImplementedError
 
     # -- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self):

@@ -14,14 +14,14 @@ from normzoo.tasks.base import NormzooTask
 class _TokenPrediction(NormzooTask):
     """Cross-entropy on the positions whose label is not -100."""
 
-    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model(tokens)
+    def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.model(batch["tokens"])
 
     def step_terms(
         self, batch: dict[str, Any]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Summed token loss, correct predictions and target count of ``batch``."""
-        logits = self.logits(batch["tokens"]).float()
+        logits = self.forward_batch(batch).float()
         labels = batch["labels"]
         total = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
                                 reduction="sum")
@@ -37,8 +37,9 @@ class _TokenPrediction(NormzooTask):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         total, _, count = self.step_terms(batch)
         size = batch["tokens"].shape[0]
-        self.log("train/loss", total.detach() / count.clamp(min=1), prog_bar=True, on_step=True,
-                 on_epoch=False, batch_size=size)
+        self.last_loss = total.detach() / count.clamp(min=1)
+        self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
+                 batch_size=size)
         self.log_throughput(batch["ntokens"], size)
         return self.global_token_mean(total, count)
 

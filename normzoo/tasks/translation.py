@@ -28,11 +28,14 @@ class TranslationTask(NormzooTask):
             self._tokenizer = Tokenizer.from_str(self.tokenizer_json)
         return self._tokenizer
 
+    def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.model(batch["src"], batch["tgt_in"])
+
     def loss_terms(
         self, batch: dict[str, torch.Tensor], smoothing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed (label-smoothed) cross-entropy over the target tokens, and their count."""
-        logits = self.model(batch["src"], batch["tgt_in"])
+        logits = self.forward_batch(batch)
         target = batch["tgt_out"]
         total = F.cross_entropy(
             logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD,
@@ -48,8 +51,9 @@ class TranslationTask(NormzooTask):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         total, count = self.loss_terms(batch, self.recipe.optim.label_smoothing)
         size = batch["src"].shape[0]
-        self.log("train/loss", total.detach() / count.clamp(min=1), prog_bar=True, on_step=True,
-                 on_epoch=False, batch_size=size)
+        self.last_loss = total.detach() / count.clamp(min=1)
+        self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
+                 batch_size=size)
         self.log_throughput(batch["ntokens"], size)
         return self.global_token_mean(total, count)
 

@@ -1,0 +1,1 @@
+"""Diagnostics: what a residual scheme does to gradients, the residual stream and stability."""

@@ -1,0 +1,176 @@
+"""Each diagnostic equals a direct computation; a planted NaN stops training, naming the layer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from normzoo import train
+from normzoo.diagnostics.callbacks import DivergenceError
+from normzoo.diagnostics.probes import gradient_norms, probe
+from normzoo.models import assemble
+from normzoo.nn.padding import padding_mask_context
+from normzoo.recipe import from_dict
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+        yield
+
+
+def real_tokens(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+    return x[~pad]
+
+
+@pytest.mark.parametrize("residual", ["pre", "post", "resi_dual"])
+def test_forward_diagnostics_equal_direct_computations(residual):
+    torch.manual_seed(0)
+    model = assemble({"family": "encoder_decoder", "vocab_size": 40, "d_model": 16, "heads": 2,
+                      "ffn_dim": 32, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
+                      "residual": residual}).eval()
+    src = torch.randint(5, 40, (3, 7))
+    src[0, 5:] = 0  # padding must stay out of every mean
+    tgt = torch.randint(5, 40, (3, 4))
+    with probe(model) as found:
+        model(src, tgt)
+
+    # Recompute the encoder by hand, layer by layer, from the model's own modules.
+    pad = src.eq(0)
+    stack = model.encoder
+    with padding_mask_context(pad):
+        x = stack.ends.begin(stack.embedding_norm(model.encoder_embeddings(src)))
+        for i, layer in enumerate(stack.layers):
+            name = f"encoder.layers.{i}"
+            stream_in = x[0] if isinstance(x, tuple) else x
+            attn_out = layer.self_attn(
+                layer.self_attn_residual.norm(stream_in) if residual == "pre" else stream_in,
+                key_padding_mask=pad)
+            ratio = (real_tokens(attn_out, pad).norm(dim=-1).mean()
+                     / real_tokens(stream_in, pad).norm(dim=-1).mean())
+            assert found.branch_ratio[f"{name}.self_attn"] == pytest.approx(ratio.item(),
+                                                                            rel=1e-5)
+            if residual == "pre":
+                rms = real_tokens(stream_in, pad).pow(2).mean().sqrt()
+                key = f"encoder.layers.{i}.self_attn_residual.norm"
+                assert found.norm_input[key] == pytest.approx(rms.item(), rel=1e-5)
+            x = layer(x, pad)
+            stream_out = x[0] if isinstance(x, tuple) else x
+            norm = real_tokens(stream_out, pad).norm(dim=-1).mean()
+            assert found.stream_norm[name] == pytest.approx(norm.item(), rel=1e-5)
+            cosine = torch.nn.functional.cosine_similarity(
+                real_tokens(stream_in, pad), real_tokens(stream_out, pad), dim=-1).mean()
+            assert found.layer_cosine[name] == pytest.approx(cosine.item(), rel=1e-5, abs=1e-6)
+    # Every sublayer of both stacks is measured.
+    assert len(found.branch_ratio) == 2 * 2 + 2 * 3
+    assert len(found.stream_norm) == 4
+
+
+def test_gradient_norms_equal_direct_computations():
+    torch.manual_seed(1)
+    model = assemble({"family": "decoder", "vocab_size": 30, "d_model": 16, "heads": 2,
+                      "ffn_dim": 32, "decoder_layers": 3, "dropout": 0.0})
+    tokens = torch.randint(5, 30, (2, 6))
+    model(tokens).logsumexp(-1).sum().backward()
+    norms = gradient_norms(model)
+    layer = model.decoder.layers[1]
+    direct = torch.cat([p.grad.flatten() for p in layer.parameters()]).norm()
+    assert norms["decoder.layers.1"] == pytest.approx(direct.item(), rel=1e-5)
+    ffn_params = [*layer.ffn.parameters(), *layer.ffn_residual.parameters()]
+    direct_ffn = torch.cat([p.grad.flatten() for p in ffn_params]).norm()
+    assert norms["decoder.layers.1.ffn"] == pytest.approx(direct_ffn.item(), rel=1e-5)
+    assert set(norms) == {f"decoder.layers.{i}{s}" for i in range(3)
+                          for s in ("", ".self_attn", ".ffn")}
+
+
+# -- divergence -----------------------------------------------------------------------------------
+
+
+def tiny_recipe(run_dir: Path, **diagnostics) -> dict:
+    return {
+        "task": "translation", "seed": 2, "run": {"dir": str(run_dir)},
+        "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 3,
+                  "decoder_layers": 1, "dropout": 0.0, "max_positions": 128},
+        "data": {"train_limit": 300, "valid_limit": 10, "max_tokens": 512, "max_len": 64,
+                 "tokenizer": {"vocab_size": 200, "min_frequency": 1}},
+        "optim": {"lr": 1e-3, "warmup_steps": 2},
+        "trainer": {"max_steps": 8, "val_every_steps": 2, "progress_bar": False,
+                    "accelerator": "cpu", "keep_checkpoints": 0},
+        "diagnostics": diagnostics,
+    }
+
+
+class PlantNaN(L.Callback):
+    """Puts a NaN into encoder layer 1's first feed-forward matrix before step 3."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == 3:
+            with torch.no_grad():
+                pl_module.model.encoder.layers[1].ffn.ffn_in.weight[0, 0] = float("nan")
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    original = train.build_trainer
+
+    def with_nan(recipe, run_dir, **extra):
+        trainer = original(recipe, run_dir, **extra)
+        trainer.callbacks.append(PlantNaN())
+        return trainer
+
+    monkeypatch.setattr(train, "build_trainer", with_nan)
+
+
+def test_planted_nan_stops_training_naming_the_layer_and_keeps_the_good_checkpoint(
+    tmp_path, planted
+):
+    recipe = from_dict(tiny_recipe(tmp_path / "run"))
+    with pytest.raises(DivergenceError) as caught:
+        train.run(recipe, "nan.yaml")
+    message = str(caught.value)
+    assert "step 3" in message
+    assert "encoder.layers.1.ffn.ffn_in" in message
+    last = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 2  # the checkpoint before the NaN, not a broken one
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values())
+
+
+def test_planted_nan_exits_with_the_documented_code(tmp_path, planted):
+    from normzoo.cli import app
+
+    recipe = tmp_path / "nan.yaml"
+    import yaml
+
+    recipe.write_text(yaml.safe_dump(tiny_recipe(tmp_path / "run")))
+    result = CliRunner().invoke(app, ["train", str(recipe)])
+    assert result.exit_code == DivergenceError.exit_code == 3, result.output
+    assert "diverged at step 3" in result.output and "Traceback" not in result.output
+
+
+def test_exploding_loss_above_max_loss_stops(tmp_path):
+    recipe = from_dict(tiny_recipe(tmp_path / "run", max_loss=0.5))
+    with pytest.raises(DivergenceError, match="step 0: loss"):
+        train.run(recipe, "explode.yaml")
+
+
+def test_diagnostics_are_logged_every_k_steps(tmp_path):
+    import csv
+
+    recipe = from_dict(tiny_recipe(tmp_path / "run", every_steps=3))
+    train.run(recipe, "diag.yaml")
+    with open(tmp_path / "run/logs/csv/metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("diag/stream_norm/encoder.layers.2")]
+    assert [int(r["step"]) for r in rows] == [0, 3, 6]
+    for row in rows:
+        for key in ("diag/grad_norm/encoder.layers.0", "diag/branch_ratio/decoder.layers.0.ffn",
+                    "diag/layer_cosine/encoder.layers.1",
+                    "diag/norm_input/encoder.ends.final_norm"):
+            assert float(row[key]) > 0, key
