@@ -102,7 +102,8 @@ def user_errors(command: Callable[..., None]) -> Callable[..., None]:
 from normzoo import commands  # noqa: E402  (typer needs the app defined first)
 
 for _name, _command in (("train", commands.train), ("evaluate", commands.evaluate),
-                        ("translate", commands.translate), ("export", commands.export)):
+                        ("translate", commands.translate), ("export", commands.export),
+                        ("diagnose", commands.diagnose)):
     app.command(_name)(user_errors(_command))
 for _name, _command in (("show", commands.recipe_show), ("validate", commands.recipe_validate)):
     commands.recipe_app.command(_name)(user_errors(_command))

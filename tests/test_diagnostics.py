@@ -174,3 +174,23 @@ def test_diagnostics_are_logged_every_k_steps(tmp_path):
                     "diag/layer_cosine/encoder.layers.1",
                     "diag/norm_input/encoder.ends.final_norm"):
             assert float(row[key]) > 0, key
+
+
+def test_diagnose_command_compares_variants_and_writes_plots(tmp_path):
+    import yaml
+
+    from normzoo.cli import app
+
+    recipe = tiny_recipe(tmp_path / "unused")
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "diag"
+    result = CliRunner().invoke(app, ["diagnose", str(path), "model.encoder_layers=4",
+                                      "--vary", "model.residual=post,pre", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "### residual=post" in result.output and "### residual=pre" in result.output
+    assert "| encoder.layers.3 |" in result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "branch_ratio_vs_depth.png", "diagnostics.md", "grad_norm_vs_depth.png",
+        "stream_norm_vs_depth.png"]
+    assert all(p.stat().st_size > 5000 for p in out.glob("*.png"))

@@ -1,0 +1,127 @@
+"""``normzoo diagnose``: the probes on one training batch, at initialisation or at a checkpoint.
+
+Several variants (e.g. ``--vary model.residual=post,pre,deepnorm``) are measured on the *same*
+batch and drawn on the same axes, so what a scheme does to gradients and the stream by depth
+can be compared directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from normzoo.data.batching import token_budget_batches
+from normzoo.diagnostics.probes import Measurements, gradient_norms, probe
+from normzoo.recipe import Recipe
+
+
+@dataclass
+class Variant:
+    """What to measure: a recipe (at initialisation) or a loaded checkpoint."""
+
+    label: str
+    recipe: Recipe
+    state_dict: dict[str, torch.Tensor] | None = None
+    tokenizer_json: str | None = None
+
+
+def first_batch(recipe: Recipe, tokenizer) -> dict:
+    """The first training batch of the recipe's seeded epoch 0."""
+    from normzoo.tasks.datamodule import TextDataModule
+
+    data = TextDataModule(recipe, tokenizer)
+    dataset = data.dataset(recipe.data.train_split, training=True)
+    batch = token_budget_batches(dataset.lengths(), recipe.data.max_tokens, seed=recipe.seed)[0]
+    return dataset.collate(batch)
+
+
+def measure(variant: Variant, tokenizer, batch: dict) -> Measurements:
+    """Forward and backward of ``variant`` on ``batch`` (dropout off), with the probes on."""
+    from normzoo.train import task_class
+
+    torch.manual_seed(variant.recipe.seed)
+    task = task_class(variant.recipe.task)(variant.recipe.to_dict(), tokenizer.vocab_size,
+                                           tokenizer.to_str())
+    if variant.state_dict is not None:
+        task.load_state_dict(variant.state_dict)
+    model = task.model.eval()  # no dropout: the measurement is of the weights, not the noise
+    with probe(model) as found:
+        if variant.recipe.task == "translation":
+            loss = task.loss(batch, 0.0)
+        else:
+            loss = task.step(batch)[0]
+    loss.backward()
+    found.grad_norm = gradient_norms(model)
+    return found
+
+
+def depth_index(name: str) -> tuple[str, int, str]:
+    """``decoder.layers.3.ffn`` -> (``decoder``, 3, ``ffn``)."""
+    match = re.match(r"(encoder|decoder)\.layers\.(\d+)\.?(.*)", name)
+    if not match:
+        return name, -1, ""
+    return match.group(1), int(match.group(2)), match.group(3)
+
+
+def table(results: dict[str, Measurements]) -> str:
+    """A Markdown table: one row per layer, the layer metrics of every variant."""
+    lines = []
+    for label, found in results.items():
+        lines.append(f"\n### {label}\n")
+        lines.append("| layer | grad norm | stream norm | cos(in, out) | "
+                     "branch ratio self_attn | cross_attn | ffn |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for name, norm in found.stream_norm.items():
+            ratios = [found.branch_ratio.get(f"{name}.{k}") for k in
+                      ("self_attn", "cross_attn", "ffn")]
+            cells = ["" if r is None else f"{r:.3f}" for r in ratios]
+            lines.append(f"| {name} | {found.grad_norm.get(name, 0.0):.4g} | {norm:.3f} | "
+                         f"{found.layer_cosine[name]:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+PLOTS = {
+    "grad_norm_vs_depth.png": ("grad_norm", "", "gradient norm of the layer", True),
+    "stream_norm_vs_depth.png": ("stream_norm", "", "residual stream norm after the layer", True),
+    "branch_ratio_vs_depth.png": ("branch_ratio", "ffn", "||f(x)|| / ||x||, feed-forward", True),
+}
+
+
+def plot(results: dict[str, Measurements], out: Path) -> list[Path]:
+    """One PNG per metric: depth on x, one line per variant, one panel per stack."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    present = {depth_index(n)[0] for f in results.values() for n in f.stream_norm}
+    stacks = [s for s in ("encoder", "decoder") if s in present]
+    for filename, (metric, sublayer, ylabel, log) in PLOTS.items():
+        fig, axes = plt.subplots(1, len(stacks), figsize=(5.5 * len(stacks), 4), squeeze=False)
+        for ax, stack in zip(axes[0], stacks, strict=True):
+            for label, found in results.items():
+                points = sorted(
+                    (layer, value) for name, value in getattr(found, metric).items()
+                    for s, layer, sub in [depth_index(name)] if s == stack and sub == sublayer
+                )
+                if points:
+                    ax.plot([p[0] + 1 for p in points], [p[1] for p in points], marker="o",
+                            label=label)
+            ax.set_title(stack)
+            ax.set_xlabel("layer")
+            ax.set_ylabel(ylabel)
+            if log:
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / filename
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
