@@ -103,7 +103,7 @@ from normzoo import commands  # noqa: E402  (typer needs the app defined first)
 
 for _name, _command in (("train", commands.train), ("evaluate", commands.evaluate),
                         ("translate", commands.translate), ("export", commands.export),
-                        ("diagnose", commands.diagnose)):
+                        ("diagnose", commands.diagnose), ("sweep", commands.sweep)):
     app.command(_name)(user_errors(_command))
 for _name, _command in (("show", commands.recipe_show), ("validate", commands.recipe_validate)):
     commands.recipe_app.command(_name)(user_errors(_command))

@@ -65,6 +65,14 @@ def prepare_run_dir(recipe: Recipe, recipe_path: str | Path, force: bool) -> Pat
     return run_dir
 
 
+def monitored_metric(recipe: Recipe) -> tuple[str, str]:
+    """The validation metric that picks the best checkpoint, and whether higher is better."""
+    _, _, monitor, mode = TASKS[recipe.task]
+    if recipe.task == "translation" and not recipe.eval.valid_bleu:
+        return "val/loss", "min"
+    return monitor, mode
+
+
 def task_class(task: str):
     import importlib
 
@@ -87,9 +95,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         # One FSDP unit per Transformer layer; each process saves its own shard.
         strategy = FSDPStrategy(auto_wrap_policy={EncoderLayer, DecoderLayer},
                                 state_dict_type="sharded")
-    _, _, monitor, mode = TASKS[recipe.task]
-    if recipe.task == "translation" and not recipe.eval.valid_bleu:
-        monitor, mode = "val/loss", "min"
+    monitor, mode = monitored_metric(recipe)
     checkpoint = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best-{step}",

@@ -194,3 +194,36 @@ def test_diagnose_command_compares_variants_and_writes_plots(tmp_path):
         "branch_ratio_vs_depth.png", "diagnostics.md", "grad_norm_vs_depth.png",
         "stream_norm_vs_depth.png"]
     assert all(p.stat().st_size > 5000 for p in out.glob("*.png"))
+
+
+def test_sweep_runs_the_grid_records_divergence_and_resumes(tmp_path, monkeypatch):
+    import csv
+
+    import yaml
+
+    from normzoo.diagnostics.sweep import sweep
+
+    recipe = tiny_recipe(tmp_path / "unused")
+    recipe["trainer"].update(max_steps=4, val_every_steps=2, log_every_steps=1)
+    recipe["eval"] = {"valid_bleu": False}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "sweep"
+    grid = ["model.residual=post,pre", "diagnostics.max_loss=0.5,1000"]
+    rows = sweep(path, grid, [], out, steps=4)
+    assert len(rows) == 4
+    by_cell = {(r["model.residual"], r["diagnostics.max_loss"]): r for r in rows}
+    for residual in ("post", "pre"):
+        assert by_cell[(residual, "0.5")]["status"] == "diverged"
+        assert by_cell[(residual, "0.5")]["diverged_at_step"] == 0
+        assert by_cell[(residual, "1000")]["status"] == "ok"
+        assert by_cell[(residual, "1000")]["steps"] == 4
+        assert by_cell[(residual, "1000")]["final_train_loss"] > 0
+    with open(out / "results.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
+    assert {"results.md", "loss_curves.png", "stability_map.png"} <= {p.name for p in
+                                                                     out.iterdir()}
+    # Started again, the finished cells are not trained a second time.
+    monkeypatch.setattr(train, "run", lambda *a, **k: pytest.fail("a finished cell re-ran"))
+    again = sweep(path, grid, [], out, steps=4)
+    assert again == rows

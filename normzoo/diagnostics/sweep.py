@@ -1,0 +1,171 @@
+"""``normzoo sweep``: train every cell of a grid of overrides, one after another, resumably.
+
+Each cell is an ordinary run in ``OUT/<cell>/``; a finished cell leaves ``cell.json`` and is
+skipped when the sweep is started again. A cell that diverges is recorded (with the step) and
+the sweep goes on. Results: ``results.csv``, ``results.md``, ``loss_curves.png`` and
+``stability_map.png`` in ``OUT``.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from normzoo.errors import ConfigError, Problem
+
+FIELDS = ["cell", "status", "diverged_at_step", "steps", "final_train_loss", "metric",
+          "metric_value", "test_bleu"]
+
+
+def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
+    """``["model.residual=post,pre", "optim.warmup_steps=0,4000"]`` -> keys with their values."""
+    grid = []
+    for text in settings:
+        key, _, values = text.partition("=")
+        if not key or not values:
+            raise ConfigError([Problem(text, "--set must look like KEY=V1,V2,...")],
+                              "invalid sweep")
+        grid.append((key.strip(), [v.strip() for v in values.split(",") if v.strip()]))
+    return grid
+
+
+def cells(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
+    return [dict(zip([k for k, _ in grid], combo, strict=True))
+            for combo in itertools.product(*[values for _, values in grid])]
+
+
+def cell_name(cell: dict[str, str]) -> str:
+    """A folder-safe name: ``{model.residual: post, model.encoder_layers: 6}`` ->
+    ``residual-post_encoder_layers-6``."""
+    parts = [f"{key.split('.')[-1]}-{value}" for key, value in cell.items()]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(parts))
+
+
+def final_train_loss(run_dir: Path) -> float | None:
+    path = run_dir / "logs" / "csv" / "metrics.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as f:
+        losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+    return losses[-1] if losses else None
+
+
+def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str], out: Path,
+             steps: int | None) -> dict[str, Any]:
+    """Train one cell (unless it already finished) and return its result row."""
+    from normzoo import recipe as recipes
+    from normzoo.diagnostics.callbacks import DivergenceError
+    from normzoo.train import monitored_metric, run
+
+    name = cell_name(cell)
+    run_dir = out / name
+    record = run_dir / "cell.json"
+    if record.is_file():
+        return json.loads(record.read_text(encoding="utf-8"))
+    overrides = [*base_overrides, *(f"{k}={v}" for k, v in cell.items()), f"run.dir={run_dir}"]
+    if steps is not None:
+        overrides.append(f"trainer.max_steps={steps}")
+    resolved = recipes.load(recipe_path, overrides)
+    metric, _ = monitored_metric(resolved)
+    row: dict[str, Any] = {"cell": name, **cell, "metric": metric}
+    try:
+        summary = run(resolved, recipe_path, force=True)
+        row.update(status="ok", diverged_at_step="", steps=summary["steps"],
+                   metric_value=summary["validation"].get(metric, ""),
+                   test_bleu=summary.get("test", {}).get("bleu", ""))
+    except DivergenceError as error:
+        step = re.search(r"diverged at step (\d+)", str(error))
+        row.update(status="diverged", diverged_at_step=int(step.group(1)) if step else "",
+                   steps=int(step.group(1)) if step else "", metric_value="", test_bleu="")
+    row["final_train_loss"] = final_train_loss(run_dir)
+    record.write_text(json.dumps(row, indent=2), encoding="utf-8")
+    return row
+
+
+def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
+    fields = ["cell", *keys, *FIELDS[1:]]
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["| " + " | ".join(fields[1:]) + " |", "|" + "---|" * (len(fields) - 1)]
+    for row in rows:
+        cells_ = [row.get(k, "") for k in fields[1:]]
+        lines.append("| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c)
+                                       for c in cells_) + " |")
+    (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
+    """Loss curves of every cell, and a map of final loss (× where the cell diverged)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row in rows:
+        path = out / row["cell"] / "logs" / "csv" / "metrics.csv"
+        if not path.is_file():
+            continue
+        with open(path, newline="", encoding="utf-8") as f:
+            points = [(int(r["step"]), float(r["train/loss"])) for r in csv.DictReader(f)
+                      if r.get("train/loss")]
+        if points:
+            style = "--" if row["status"] == "diverged" else "-"
+            ax.plot(*zip(*points, strict=True), style, label=row["cell"])
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "loss_curves.png", dpi=110)
+    plt.close(fig)
+
+    x_key, y_keys = keys[-1], keys[:-1]
+    xs = list(dict.fromkeys(r[x_key] for r in rows))
+    ys = list(dict.fromkeys(" ".join(f"{k.split('.')[-1]}={r[k]}" for k in y_keys) or "all"
+                            for r in rows))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(xs), 1.2 + 0.5 * len(ys)))
+    for row in rows:
+        x = xs.index(row[x_key])
+        y = ys.index(" ".join(f"{k.split('.')[-1]}={row[k]}" for k in y_keys) or "all")
+        if row["status"] == "diverged":
+            ax.scatter(x, y, marker="x", s=200, color="red")
+            ax.annotate(f"diverged @ {row['diverged_at_step']}", (x, y), fontsize=7,
+                        ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
+        else:
+            loss = row["final_train_loss"]
+            ax.scatter(x, y, s=200, color="tab:green")
+            ax.annotate(f"loss {loss:.3g}" if loss is not None else "", (x, y), fontsize=7,
+                        ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
+    ax.set_xticks(range(len(xs)), [f"{x_key.split('.')[-1]}={x}" for x in xs])
+    ax.set_yticks(range(len(ys)), ys)
+    ax.set_xlim(-0.7, len(xs) - 0.3)
+    ax.set_ylim(-0.7, len(ys) - 0.3)
+    ax.set_title("stability map (final training loss)")
+    fig.tight_layout()
+    fig.savefig(out / "stability_map.png", dpi=110)
+    plt.close(fig)
+
+
+def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Path,
+          steps: int | None) -> list[dict[str, Any]]:
+    """Run the grid (skipping finished cells) and write the results and plots."""
+    from normzoo import recipe as recipes
+
+    grid = parse_grid(settings)
+    keys = [k for k, _ in grid]
+    all_cells = cells(grid)
+    for cell in all_cells:  # validate every cell before training any of them
+        recipes.load(recipe_path, [*overrides, *(f"{k}={v}" for k, v in cell.items())])
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [run_cell(recipe_path, overrides, cell, out, steps) for cell in all_cells]
+    write_results(rows, keys, out)
+    plot(rows, keys, out)
+    return rows
