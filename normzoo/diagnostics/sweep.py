@@ -22,7 +22,11 @@ FIELDS = ["cell", "status", "diverged_at_step", "steps", "final_train_loss", "me
 
 
 def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
-    """``["model.residual=post,pre", "optim.warmup_steps=0,4000"]`` -> keys with their values."""
+    """``["model.residual=post,pre", "optim.warmup_steps=0,4000"]`` -> keys with their values.
+
+    Several keys before the ``=`` move together: ``model.encoder_layers,model.decoder_layers=6,18``
+    is one axis (6+6 and 18+18 layers).
+    """
     grid = []
     for text in settings:
         key, _, values = text.partition("=")
@@ -34,14 +38,24 @@ def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def cells(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
+    """Every combination, as ``{axis: value}`` (an axis may name several tied keys)."""
     return [dict(zip([k for k, _ in grid], combo, strict=True))
             for combo in itertools.product(*[values for _, values in grid])]
+
+
+def label(axis: str) -> str:
+    """Short name of an axis: its first key's last part (``model.residual`` -> ``residual``)."""
+    return axis.split(",")[0].split(".")[-1]
+
+
+def cell_overrides(cell: dict[str, str]) -> list[str]:
+    return [f"{key.strip()}={value}" for axis, value in cell.items() for key in axis.split(",")]
 
 
 def cell_name(cell: dict[str, str]) -> str:
     """A folder-safe name: ``{model.residual: post, model.encoder_layers: 6}`` ->
     ``residual-post_encoder_layers-6``."""
-    parts = [f"{key.split('.')[-1]}-{value}" for key, value in cell.items()]
+    parts = [f"{label(key)}-{value}" for key, value in cell.items()]
     return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(parts))
 
 
@@ -66,7 +80,7 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
     record = run_dir / "cell.json"
     if record.is_file():
         return json.loads(record.read_text(encoding="utf-8"))
-    overrides = [*base_overrides, *(f"{k}={v}" for k, v in cell.items()), f"run.dir={run_dir}"]
+    overrides = [*base_overrides, *cell_overrides(cell), f"run.dir={run_dir}"]
     if steps is not None:
         overrides.append(f"trainer.max_steps={steps}")
     resolved = recipes.load(recipe_path, overrides)
@@ -129,12 +143,12 @@ def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
 
     x_key, y_keys = keys[-1], keys[:-1]
     xs = list(dict.fromkeys(r[x_key] for r in rows))
-    ys = list(dict.fromkeys(" ".join(f"{k.split('.')[-1]}={r[k]}" for k in y_keys) or "all"
+    ys = list(dict.fromkeys(" ".join(f"{label(k)}={r[k]}" for k in y_keys) or "all"
                             for r in rows))
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(xs), 1.2 + 0.5 * len(ys)))
     for row in rows:
         x = xs.index(row[x_key])
-        y = ys.index(" ".join(f"{k.split('.')[-1]}={row[k]}" for k in y_keys) or "all")
+        y = ys.index(" ".join(f"{label(k)}={row[k]}" for k in y_keys) or "all")
         if row["status"] == "diverged":
             ax.scatter(x, y, marker="x", s=200, color="red")
             ax.annotate(f"diverged @ {row['diverged_at_step']}", (x, y), fontsize=7,
@@ -144,7 +158,7 @@ def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
             ax.scatter(x, y, s=200, color="tab:green")
             ax.annotate(f"loss {loss:.3g}" if loss is not None else "", (x, y), fontsize=7,
                         ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
-    ax.set_xticks(range(len(xs)), [f"{x_key.split('.')[-1]}={x}" for x in xs])
+    ax.set_xticks(range(len(xs)), [f"{label(x_key)}={x}" for x in xs])
     ax.set_yticks(range(len(ys)), ys)
     ax.set_xlim(-0.7, len(xs) - 0.3)
     ax.set_ylim(-0.7, len(ys) - 0.3)
@@ -163,7 +177,7 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     keys = [k for k, _ in grid]
     all_cells = cells(grid)
     for cell in all_cells:  # validate every cell before training any of them
-        recipes.load(recipe_path, [*overrides, *(f"{k}={v}" for k, v in cell.items())])
+        recipes.load(recipe_path, [*overrides, *cell_overrides(cell)])
     out.mkdir(parents=True, exist_ok=True)
     rows = [run_cell(recipe_path, overrides, cell, out, steps) for cell in all_cells]
     write_results(rows, keys, out)
