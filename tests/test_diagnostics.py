@@ -227,3 +227,18 @@ def test_sweep_runs_the_grid_records_divergence_and_resumes(tmp_path, monkeypatc
     monkeypatch.setattr(train, "run", lambda *a, **k: pytest.fail("a finished cell re-ran"))
     again = sweep(path, grid, [], out, steps=4)
     assert again == rows
+
+
+def test_sweep_grid_axes_and_tied_keys():
+    from normzoo.diagnostics.sweep import cell_name, cell_overrides, cells, parse_grid
+
+    grid = parse_grid(["model.residual=post,pre",
+                       "model.encoder_layers,model.decoder_layers=6,18"])
+    all_cells = cells(grid)
+    assert len(all_cells) == 4
+    cell = all_cells[-1]
+    assert cell_overrides(cell) == ["model.residual=pre", "model.encoder_layers=18",
+                                    "model.decoder_layers=18"]
+    assert cell_name(cell) == "residual-pre_encoder_layers-18"
+    with pytest.raises(Exception, match="KEY=V1,V2"):
+        parse_grid(["model.residual"])
