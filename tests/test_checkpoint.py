@@ -216,11 +216,16 @@ def test_export_refuses_a_non_empty_directory(ckpt, tmp_path):
 # -- language-model checkpoints -------------------------------------------------------------------
 
 
-def test_mlm_checkpoint_reports_accuracy(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("text")
+def text_folder(folder: Path) -> Path:
+    """``{split}.txt`` files (the toy corpus's source side) for the language-model tasks."""
     for split, size in (("train", 300), ("valid", 30), ("test", 30)):
         lines = [s for s, _ in builtin.generate(split, size=size)]
         (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_mlm_checkpoint_reports_accuracy(tmp_path_factory):
+    folder = text_folder(tmp_path_factory.mktemp("text"))
     run = folder / "run"
     recipe = _recipe("mlm", run, source="files", dir=str(folder))
     recipe["trainer"]["max_steps"] = 20
@@ -248,10 +253,7 @@ def test_bleu_from_the_export_equals_bleu_from_the_checkpoint(ckpt, test_files, 
 
 
 def test_causal_lm_checkpoint_generates_and_reports_perplexity(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lmtext")
-    for split, size in (("train", 300), ("valid", 30), ("test", 30)):
-        lines = [s for s, _ in builtin.generate(split, size=size)]
-        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    folder = text_folder(tmp_path_factory.mktemp("lmtext"))
     run = folder / "run"
     recipe = _recipe("causal_lm", run, source="files", dir=str(folder))
     recipe["trainer"].update(max_steps=20, val_every_steps=10)

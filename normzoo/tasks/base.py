@@ -36,6 +36,19 @@ class NormzooTask(L.LightningModule):
         """The model's logits for a training batch (used to locate a divergence)."""
         raise NotImplementedError
 
+    def training_terms(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed training loss over the batch's target tokens, and their count."""
+        raise NotImplementedError
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        total, count = self.training_terms(batch)
+        size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]  # sentences
+        self.last_loss = total.detach() / count.clamp(min=1)
+        self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
+                 batch_size=size)
+        self.log_throughput(batch["ntokens"], size)
+        return self.global_token_mean(total, count)
+
     # -- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self):
         optimizer, scheduler = build_optimizer(

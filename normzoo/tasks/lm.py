@@ -34,14 +34,9 @@ class _TokenPrediction(NormzooTask):
         total, correct, count = self.step_terms(batch)
         return total / count.clamp(min=1), correct, count
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+    def training_terms(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         total, _, count = self.step_terms(batch)
-        size = batch["tokens"].shape[0]
-        self.last_loss = total.detach() / count.clamp(min=1)
-        self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
-                 batch_size=size)
-        self.log_throughput(batch["ntokens"], size)
-        return self.global_token_mean(total, count)
+        return total, count
 
 
 class MaskedLMTask(_TokenPrediction):

@@ -48,14 +48,8 @@ class TranslationTask(NormzooTask):
         total, count = self.loss_terms(batch, smoothing)
         return total / count.clamp(min=1)
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        total, count = self.loss_terms(batch, self.recipe.optim.label_smoothing)
-        size = batch["src"].shape[0]
-        self.last_loss = total.detach() / count.clamp(min=1)
-        self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
-                 batch_size=size)
-        self.log_throughput(batch["ntokens"], size)
-        return self.global_token_mean(total, count)
+    def training_terms(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loss_terms(batch, self.recipe.optim.label_smoothing)
 
     def on_validation_epoch_start(self) -> None:
         self._hyps = {}
