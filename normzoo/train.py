@@ -52,14 +52,20 @@ def global_rank() -> int:
     return getattr(rank_zero_only, "rank", 0) or 0
 
 
+def refuse_existing_run(run_dir: Path, force: bool) -> bool:
+    """Whether ``run_dir`` holds a run; raise unless ``force`` allows overwriting it."""
+    holds_run = run_dir.exists() and any(run_dir.iterdir())
+    if holds_run and not force:
+        raise RunDirectoryExists(
+            f"run directory {run_dir} already holds a run; pass --force to overwrite it, "
+            "or choose another with run.dir=PATH"
+        )
+    return holds_run
+
+
 def prepare_run_dir(recipe: Recipe, recipe_path: str | Path, force: bool) -> Path:
     run_dir = run_directory(recipe, recipe_path)
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if not force:
-            raise RunDirectoryExists(
-                f"run directory {run_dir} already holds a run; pass --force to overwrite it, "
-                "or choose another with run.dir=PATH"
-            )
+    if refuse_existing_run(run_dir, force):
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
@@ -206,25 +212,26 @@ def run(
     rank = global_rank()
     run_dir = run_directory(recipe, recipe_path)
     ckpt_path = resume_checkpoint(run_dir, resume) if resume else None
-    # The Trainer first: settings the hardware cannot run fail before anything is written.
-    trainer = build_trainer(recipe, run_dir)
     if rank == 0 and ckpt_path is None:
-        prepare_run_dir(recipe, recipe_path, force)
-    if rank == 0:
-        (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
-    L.seed_everything(recipe.seed, workers=True, verbose=False)
-
+        refuse_existing_run(run_dir, force)  # at once, not after minutes of tokenizer training
+    # The Trainer and the data first: settings the hardware cannot run, and data that is
+    # missing or broken, fail before anything is written to the run directory.
+    trainer = build_trainer(recipe, run_dir)
     saved = run_dir / "tokenizer.json"
     if saved.is_file() and (rank > 0 or ckpt_path is not None):
         tokenizer = Tokenizer.load(saved)  # the one rank 0 (or the first run) trained
     else:
         tokenizer = fit_tokenizer(recipe)
-    if rank == 0:
-        tokenizer.save(saved)
     data = TextDataModule(recipe, tokenizer)
+    data.setup("fit")
+    if rank == 0 and ckpt_path is None:
+        prepare_run_dir(recipe, recipe_path, force)
+    if rank == 0:
+        (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
+        tokenizer.save(saved)
+    L.seed_everything(recipe.seed, workers=True, verbose=False)
     task = task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size, tokenizer.to_str())
     if recipe.task == "translation":
-        data.setup("fit")
         task.valid_references = data.references[recipe.data.valid_split]
 
     metrics_file = run_dir / "logs" / "csv" / "metrics.csv"

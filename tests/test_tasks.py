@@ -215,17 +215,17 @@ def test_a_second_run_into_the_same_directory(finished_run, monkeypatch: pytest.
     class Started(Exception):
         pass
 
-    def started(recipe):
+    def started(task):
         raise Started
 
-    monkeypatch.setattr("normzoo.tasks.datamodule.fit_tokenizer", started)
+    monkeypatch.setattr(train, "task_class", started)  # the step right after the directory
     other = run_dir.parent / "forced"
     other.mkdir()
     (other / "old.txt").write_text("old", encoding="utf-8")
     forced = e2e_recipe(other)
     with pytest.raises(Started):
         train.run(forced, "x.yaml", force=True)
-    assert sorted(p.name for p in other.iterdir()) == ["recipe.yaml"]
+    assert sorted(p.name for p in other.iterdir()) == ["recipe.yaml", "tokenizer.json"]
     assert load(other / "recipe.yaml") == forced
 
 
@@ -238,3 +238,17 @@ def test_an_empty_run_directory_is_not_a_run(tmp_path: Path, monkeypatch: pytest
     # Without run.dir the directory is runs/<recipe file name>.
     plain = tiny("translation", {"source": "builtin"})
     assert train.prepare_run_dir(plain, "recipes/quick.yaml", force=False) == Path("runs/quick")
+
+
+def test_broken_data_fails_before_the_run_directory_is_created(tmp_path: Path):
+    from normzoo.data.sources import DataError
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.en").write_text("a\nb\n", encoding="utf-8")
+    (folder / "train.de").write_text("a\n", encoding="utf-8")
+    recipe = tiny("translation", {"source": "files", "dir": str(folder), "src_lang": "en",
+                                  "tgt_lang": "de"}, run={"dir": str(tmp_path / "run")})
+    with pytest.raises(DataError, match="line-aligned"):
+        train.run(recipe, "broken.yaml")
+    assert not (tmp_path / "run").exists()
