@@ -96,6 +96,7 @@ def evaluate(
     from normzoo.checkpoint import load
     from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
     from normzoo.errors import NormzooError
+    from normzoo.evaluate import language_model_metrics
 
     loaded = load(checkpoint)
     if (src is None) != (ref is None) and loaded.recipe.task == "translation":
@@ -107,7 +108,7 @@ def evaluate(
     if loaded.recipe.task != "translation":
         lines = read_lines(src) if src is not None else load_text(data, name)
         result = {"checkpoint": str(checkpoint), "split": str(src or name),
-                  **_lm_metrics(loaded, lines, batch_tokens)}
+                  **language_model_metrics(loaded, lines, batch_tokens)}
         typer.echo(json.dumps(result, indent=2) if as_json else
                    "  ".join(f"{k}={v}" for k, v in result.items()))
         return
@@ -135,12 +136,6 @@ def evaluate(
                    f"({result.sentences} sentences, beam {config.beam}, hypotheses in {out})")
         typer.echo(f"BLEU signature: {result.bleu_signature}")
         typer.echo(f"chrF signature: {result.chrf_signature}")
-
-
-def _lm_metrics(loaded, lines, batch_tokens):
-    from normzoo.evaluate import language_model_metrics
-
-    return language_model_metrics(loaded, lines, batch_tokens)
 
 
 def translate(

@@ -50,15 +50,12 @@ def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
 
 def average_state(paths: list[Path]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the checkpoints' float parameters (others taken from the first)."""
-    total: dict[str, torch.Tensor] = {}
-    for path in paths:
-        state = _read_checkpoint(path)["state_dict"]
-        for key, value in state.items():
-            if key not in total:
-                total[key] = value.double() if value.is_floating_point() else value.clone()
-            elif value.is_floating_point():
-                total[key] += value.double()
     first = _read_checkpoint(paths[0])["state_dict"]
+    total = {k: v.double() if v.is_floating_point() else v for k, v in first.items()}
+    for path in paths[1:]:
+        for key, value in _read_checkpoint(path)["state_dict"].items():
+            if value.is_floating_point():
+                total[key] += value.double()
     return {k: (v / len(paths)).to(first[k].dtype) if v.is_floating_point() else v
             for k, v in total.items()}
 

@@ -221,27 +221,25 @@ def budgets_and_lengths(draw, max_size=80):
     return max_tokens, lengths
 
 
-@settings(max_examples=120, deadline=None)
-@given(
+# Budgets, lengths, rank counts and epochs for the sharding properties below.
+sharding_cases = given(
     case=budgets_and_lengths(),
     world_size=st.integers(min_value=1, max_value=6),
     seed=st.integers(min_value=0, max_value=3),
     epoch=st.integers(min_value=0, max_value=3),
     shuffle=st.booleans(),
 )
+
+
+@settings(max_examples=120, deadline=None)
+@sharding_cases
 def test_sharding_property(case, world_size, seed, epoch, shuffle):
     max_tokens, lengths = case
     check_shards(lengths, max_tokens, world_size, seed=seed, epoch=epoch, shuffle=shuffle)
 
 
 @settings(max_examples=120, deadline=None)
-@given(
-    case=budgets_and_lengths(),
-    world_size=st.integers(min_value=1, max_value=6),
-    seed=st.integers(min_value=0, max_value=3),
-    epoch=st.integers(min_value=0, max_value=3),
-    shuffle=st.booleans(),
-)
+@sharding_cases
 def test_ranks_reproduce_one_process_with_their_summed_budget(
     case, world_size, seed, epoch, shuffle,
 ):
