@@ -1,7 +1,8 @@
 """Errors a user can cause and fix: the CLI prints them without a traceback.
 
 Anything raised from here is the user's input being wrong (a recipe, a name, an option), never a
-bug in normzoo; the CLI maps them to exit code 2.
+bug in normzoo; the CLI maps them to exit code 2. :class:`RuntimeFailure` is the exception: the
+input was fine but the machine failed the run (a full disk, memory), exit code 1.
 """
 
 from __future__ import annotations
@@ -47,3 +48,12 @@ class ConfigError(NormzooError):
 
 class RegistryError(NormzooError):
     """A name could not be resolved to a norm or residual scheme."""
+
+
+class RuntimeFailure(NormzooError):
+    """The run failed for a reason outside the input (a full disk, out of memory): exit code 1.
+
+    Still reported as a message without a traceback; nothing half-written is left behind.
+    """
+
+    exit_code = 1

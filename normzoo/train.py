@@ -13,12 +13,15 @@ Run directory layout::
 from __future__ import annotations
 
 import csv
+import io
 import json
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from normzoo.atomic import atomic_write_text, checkpoint_io, remove_stale_temporaries
 from normzoo.errors import NormzooError
 from normzoo.recipe import Recipe
 
@@ -86,6 +89,23 @@ def task_class(task: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _flush_logs_callback():
+    from lightning.pytorch.callbacks import Callback
+
+    class FlushLogsOnCheckpoint(Callback):
+        """Write the loggers' buffered rows whenever a checkpoint is saved.
+
+        A run killed later loses no logged history that its checkpoint covers: the resumed run
+        picks up both from the same step.
+        """
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            for logger in trainer.loggers:
+                logger.save()
+
+    return FlushLogsOnCheckpoint()
+
+
 def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
@@ -111,7 +131,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         save_last=True,
         auto_insert_metric_name=False,
     )
-    callbacks: list[Any] = [checkpoint]
+    callbacks: list[Any] = [checkpoint, _flush_logs_callback()]
     diagnostics = recipe.diagnostics
     if diagnostics.guard or diagnostics.max_loss is not None:
         from normzoo.diagnostics.callbacks import DivergenceGuard
@@ -159,6 +179,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
             logger=loggers,
             use_distributed_sampler=False,  # token-budget batches are sharded by our sampler
             enable_progress_bar=t.progress_bar,
+            plugins=[checkpoint_io()],  # atomic writes: never a half-written checkpoint
             **extra,
         )
     except (MisconfigurationException, ValueError, RuntimeError) as error:
@@ -178,12 +199,11 @@ def read_metrics(path: Path) -> list[dict[str, str]]:
 
 def write_metrics(path: Path, rows: list[dict[str, str]]) -> None:
     fields = sorted({key for row in rows for key in row})
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, text.getvalue(), "metrics log")
 
 
 def resume_checkpoint(run_dir: Path, resume: str) -> Path:
@@ -192,6 +212,76 @@ def resume_checkpoint(run_dir: Path, resume: str) -> Path:
     if not path.exists():
         raise RunDirectoryExists(f"cannot resume: no checkpoint at {path}")
     return path
+
+
+class ResumeError(NormzooError):
+    """The checkpoint to resume from does not belong to this recipe's model or task."""
+
+
+def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> None:
+    """Refuse a checkpoint whose model or task differs from ``recipe``'s, naming each difference.
+
+    Loading it anyway would fail deep inside ``load_state_dict`` with a shape mismatch, or worse,
+    succeed and silently continue a different experiment.
+    """
+    theirs = saved.get("normzoo", {}).get("recipe")
+    if not isinstance(theirs, dict) or "loops" not in saved:
+        raise ResumeError(f"{path} is not a normzoo training checkpoint (no recipe or loop "
+                          "state in it); resume from a run's checkpoints/*.ckpt")
+    ours = recipe.to_dict()
+    differences = [f"task: checkpoint {theirs.get('task')!r}, recipe {ours['task']!r}"] \
+        if theirs.get("task") != ours["task"] else []
+    their_model, our_model = theirs.get("model", {}), ours["model"]
+    for key in sorted(set(their_model) | set(our_model)):
+        if their_model.get(key) != our_model.get(key):
+            differences.append(f"model.{key}: checkpoint {their_model.get(key)!r}, "
+                               f"recipe {our_model.get(key)!r}")
+    if differences:
+        lines = "\n".join(f"  - {d}" for d in differences)
+        raise ResumeError(f"cannot resume from {path}: it was trained with another model:\n"
+                          f"{lines}\nresume with the recipe it was trained with "
+                          "(its run directory's recipe.yaml)")
+
+
+STEP_FILE = re.compile(r"^(?:best|step)-(\d+)(?:-v\d+)?\.ckpt$")
+
+
+def discard_abandoned_work(checkpoint_dir: Path, resumed_step: int) -> None:
+    """Before resuming at ``resumed_step``: delete what a killed process left that the resumed
+    run will redo: half-written temporary files and checkpoints of later steps (the resumed run
+    writes its own; left in place they would collide with them or pose as its results)."""
+    remove_stale_temporaries(checkpoint_dir)
+    for path in checkpoint_dir.glob("*.ckpt"):
+        match = STEP_FILE.match(path.name)
+        if match and int(match.group(1)) > resumed_step:
+            path.unlink()
+
+
+def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str | None,
+                   rank: int) -> tuple[int, str]:
+    """Check the checkpoint to resume from and tidy the run directory; return its step and the
+    tokenizer it was trained with.
+
+    ``--resume auto`` is crash recovery: checkpoints after the resumed step are discarded as the
+    run redoes them. With an explicit path they are left alone (the user may be branching).
+    """
+    from normzoo.checkpoint import _read_checkpoint
+
+    saved = _read_checkpoint(ckpt_path)  # weights only: a crafted file runs no code
+    check_resumable(saved, recipe, ckpt_path)
+    step = int(saved.get("global_step", 0))
+    tokenizer = saved["normzoo"].get("tokenizer", "")
+    if rank == 0:
+        if resume == "auto":
+            discard_abandoned_work(run_dir / "checkpoints", step)
+        else:
+            remove_stale_temporaries(run_dir / "checkpoints")
+    return step, tokenizer
+
+
+def _trim_history(rows: list[dict[str, str]], resumed_step: int) -> list[dict[str, str]]:
+    """The logged rows up to the checkpoint; rows after it are redone by the resumed run."""
+    return [row for row in rows if not row.get("step") or int(row["step"]) < resumed_step]
 
 
 def run(
@@ -214,12 +304,18 @@ def run(
     ckpt_path = resume_checkpoint(run_dir, resume) if resume else None
     if rank == 0 and ckpt_path is None:
         refuse_existing_run(run_dir, force)  # at once, not after minutes of tokenizer training
+    resumed_step, saved_tokenizer = 0, ""
+    if ckpt_path is not None:
+        resumed_step, saved_tokenizer = prepare_resume(ckpt_path, recipe, run_dir, resume,
+                                                       rank)
     # The Trainer and the data first: settings the hardware cannot run, and data that is
     # missing or broken, fail before anything is written to the run directory.
     trainer = build_trainer(recipe, run_dir)
     saved = run_dir / "tokenizer.json"
-    if saved.is_file() and (rank > 0 or ckpt_path is not None):
-        tokenizer = Tokenizer.load(saved)  # the one rank 0 (or the first run) trained
+    if saved_tokenizer:
+        tokenizer = Tokenizer.from_str(saved_tokenizer)  # the one the weights were trained with
+    elif saved.is_file() and rank > 0:
+        tokenizer = Tokenizer.load(saved)  # the one rank 0 trained
     else:
         tokenizer = fit_tokenizer(recipe)
     data = TextDataModule(recipe, tokenizer)
@@ -227,16 +323,17 @@ def run(
     if rank == 0 and ckpt_path is None:
         prepare_run_dir(recipe, recipe_path, force)
     if rank == 0:
-        (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
-        tokenizer.save(saved)
+        atomic_write_text(run_dir / "recipe.yaml", recipe.to_yaml(), "recipe")
+        atomic_write_text(saved, tokenizer.to_str(), "tokenizer")
     L.seed_everything(recipe.seed, workers=True, verbose=False)
     task = task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size, tokenizer.to_str())
     if recipe.task == "translation":
         task.valid_references = data.references[recipe.data.valid_split]
 
     metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
-    history = read_metrics(metrics_file) if ckpt_path is not None and rank == 0 else []
-    trainer.fit(task, datamodule=data, ckpt_path=ckpt_path)
+    history = (_trim_history(read_metrics(metrics_file), resumed_step)
+               if ckpt_path is not None and rank == 0 else [])
+    trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
     if history:  # Lightning's CSV logger starts the file afresh: keep the earlier rows
         write_metrics(metrics_file, history + read_metrics(metrics_file))
     # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
@@ -257,7 +354,7 @@ def run(
     summary["test"] = (test_translation(recipe, task, data, trainer)
                        if recipe.task == "translation" else lm_test)
     summary["total_wall_s"] = round(time.perf_counter() - started, 1)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
     return summary
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
-from torch.utils.data import Sampler
+import torch
+from torch.utils.data import DataLoader, Sampler
 
 
 def token_budget_batches(
@@ -58,7 +59,9 @@ def token_budget_batches(
 class TokenBudgetSampler(Sampler[list[int]]):
     """A batch sampler over :func:`token_budget_batches`, each global batch split across ranks.
 
-    Call :meth:`set_epoch` each epoch (Lightning does) for a new deterministic order.
+    Call :meth:`set_epoch` each epoch (Lightning does) for a new deterministic order, and
+    :meth:`resume_at` to continue an epoch part-way through (the batches are a pure function of
+    the seed and the epoch, so a position is just two numbers).
     """
 
     def __init__(
@@ -69,10 +72,24 @@ class TokenBudgetSampler(Sampler[list[int]]):
         self.seed, self.shuffle = seed, shuffle
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
+        self._skip = 0  # batches of the current epoch to pass over on the next iteration
         self._cached: tuple[int, list[list[int]]] | None = None
 
+    @property
+    def sampler(self) -> TokenBudgetSampler:
+        """Lightning calls ``set_epoch`` on ``batch_sampler.sampler`` (the index sampler a torch
+        ``BatchSampler`` wraps), never on the batch sampler itself. This one orders its batches
+        itself, so it is its own sampler; without this every epoch would repeat epoch 0."""
+        return self
+
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._skip = 0
         self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches: int) -> None:
+        """Make the next iteration start at batch ``batches`` of epoch ``epoch``."""
+        self.epoch, self._skip = epoch, batches
 
     def _all_batches(self) -> list[list[int]]:
         if self._cached is None or self._cached[0] != self.epoch:  # len() and iter() share it
@@ -91,7 +108,45 @@ class TokenBudgetSampler(Sampler[list[int]]):
                 for batch in batches]
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self._mine())
+        skip, self._skip = self._skip, 0
+        return iter(self._mine()[skip:])
+
+    @property
+    def skipped(self) -> int:
+        """Batches the next iteration will pass over (set by :meth:`resume_at`)."""
+        return self._skip
 
     def __len__(self) -> int:
         return len(self._mine())
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader over a :class:`TokenBudgetSampler` that can report and restore its position.
+
+    Lightning saves ``state_dict()`` in every checkpoint and calls ``load_state_dict()`` before it
+    iterates again, which is what lets a run killed mid-epoch continue with the very next batch
+    rather than replay the epoch from its start. The position counts batches *handed to the
+    training loop*, not batches fetched by workers ahead of it.
+
+    Its generator (which seeds the workers) is reseeded from the seed and the epoch, so starting
+    an iterator never draws from the global RNG that dropout uses.
+    """
+
+    def __init__(self, dataset, batch_sampler: TokenBudgetSampler, **kwargs) -> None:
+        super().__init__(dataset, batch_sampler=batch_sampler, generator=torch.Generator(),
+                         **kwargs)
+        self._delivered = 0
+
+    def __iter__(self) -> Iterator:
+        sampler = self.batch_sampler
+        self.generator.manual_seed(sampler.seed * 1_000_003 + sampler.epoch)
+        self._delivered = sampler.skipped
+        for batch in super().__iter__():
+            self._delivered += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.batch_sampler.epoch, "batches": self._delivered}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.resume_at(int(state["epoch"]), int(state["batches"]))

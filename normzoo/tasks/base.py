@@ -14,7 +14,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from normzoo import __version__
+from normzoo import __version__, rng
 from normzoo.models import assemble
 from normzoo.optim import build_optimizer
 from normzoo.recipe import Recipe, from_dict
@@ -31,6 +31,7 @@ class NormzooTask(L.LightningModule):
         self.tokenizer_json = tokenizer_json
         self._last_step_time: float | None = None
         self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
+        self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
 
     def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
         """The model's logits for a training batch (used to locate a divergence)."""
@@ -89,8 +90,30 @@ class NormzooTask(L.LightningModule):
             "recipe": self.recipe.to_dict(),
             "tokenizer": self.tokenizer_json,
             "plugins": self.model.plugins,
+            "rng": self._rng_states(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.tokenizer_json = checkpoint.get("normzoo", {}).get("tokenizer", "")
+        saved = checkpoint.get("normzoo", {})
+        self.tokenizer_json = saved.get("tokenizer", "")
+        states = saved.get("rng") or []
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        # Restored just before the next training step: Lightning draws nothing in between then.
+        self._pending_rng = states[rank] if rank < len(states) else None
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._pending_rng is not None:
+            rng.restore(self._pending_rng)
+            self._pending_rng = None
+
+    def _rng_states(self) -> list[dict[str, Any]]:
+        """Every process's generator states (all ranks save; rank 0 writes the file)."""
+        state = rng.capture()
+        if self._trainer is None or self.trainer.world_size == 1:
+            return [state]
+        import torch.distributed as dist
+
+        gathered: list[Any] = [None] * self.trainer.world_size
+        dist.all_gather_object(gathered, state)
+        return gathered
 

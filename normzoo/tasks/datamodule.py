@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
-from normzoo.data.batching import TokenBudgetSampler
+from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
 from normzoo.data.examples import BlockData, ParallelData, SentenceData
 from normzoo.data.sources import DataError, load_parallel, load_text
 from normzoo.data.tokenizer import Tokenizer, train_tokenizer
@@ -79,8 +80,13 @@ class TextDataModule(L.LightningDataModule):
             dataset.lengths(), self.recipe.data.max_tokens, seed=self.recipe.seed,
             shuffle=training, rank=rank, world_size=world,
         )
+        if training:  # knows its position in the epoch, for exact resume
+            return ResumableLoader(dataset, sampler, collate_fn=dataset.collate,
+                                   num_workers=self.recipe.data.num_workers)
+        # A generator of its own: validating must not draw from the global RNG either.
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=dataset.collate,
-                          num_workers=self.recipe.data.num_workers)
+                          num_workers=self.recipe.data.num_workers,
+                          generator=torch.Generator().manual_seed(self.recipe.seed))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.recipe.data.train_split, training=True)

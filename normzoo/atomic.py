@@ -1,0 +1,112 @@
+"""Crash-safe file writes: a file is either its old complete self or its new complete self.
+
+Every file of a run directory that a later command reads back (checkpoints, summary, logs) is
+written to a temporary file in the same directory, flushed to disk, then renamed over the target.
+A rename within one directory is atomic on POSIX filesystems, so a process killed mid-write (or a
+disk that fills up) leaves at most a stray ``.*.tmp-*`` file, never a truncated checkpoint that a
+resume would pick up. :func:`remove_stale_temporaries` clears the strays of a killed run.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from normzoo.errors import RuntimeFailure
+
+TMP_MARK = ".tmp-"
+
+
+def _temporary(path: Path) -> Path:
+    # Hidden and without the target's suffix: globbing for *.ckpt never sees a half-written file.
+    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (the directory entry), where the platform allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> None:
+    """Write ``path`` through ``write(binary_file)`` so that it appears whole or not at all.
+
+    A full disk or another OS error removes the temporary file and raises :class:`RuntimeFailure`
+    (exit code 1) naming ``what`` and the path; the previous version of ``path`` is untouched.
+    """
+    path = Path(path)
+    tmp = _temporary(path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        reason = "the disk is full" if error.errno == errno.ENOSPC else str(error)
+        raise RuntimeFailure(
+            f"could not save the {what} {path}: {reason}; the previous version, if any, is intact"
+        ) from error
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str, what: str = "file") -> None:
+    """:func:`atomic_write` for a UTF-8 text file."""
+    data = text.encode("utf-8")
+    atomic_write(path, lambda f: f.write(data), what)
+
+
+def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+    """Delete the temporary files a killed process left in ``directory``; return them."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [p for p in directory.iterdir() if p.name.startswith(".") and TMP_MARK in p.name]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
+def save_checkpoint_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
+    """``torch.save`` ``checkpoint`` to ``path`` through :func:`atomic_write`.
+
+    The checkpoint is serialised in memory first, so a failure while pickling never touches the
+    disk, and the file write is one flat copy.
+    """
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write(path, lambda f: f.write(buffer.getbuffer()), "checkpoint")
+
+
+def checkpoint_io():
+    """Lightning CheckpointIO whose saves go through :func:`save_checkpoint_atomically`."""
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+    class AtomicCheckpointIO(TorchCheckpointIO):
+        """Lightning's torch checkpoint IO, with writes that are atomic and durable."""
+
+        def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+            if storage_options is not None:
+                raise TypeError("AtomicCheckpointIO takes no storage_options")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            save_checkpoint_atomically(checkpoint, path)
+
+    return AtomicCheckpointIO()

@@ -1,0 +1,72 @@
+"""Run the ``normzoo`` CLI and kill it with SIGKILL at a chosen point, as pre-emption would.
+
+    python tests/crash.py step N  normzoo-args...   # killed as training step N is about to run
+    python tests/crash.py write N normzoo-args...   # killed half-way through the N-th checkpoint
+
+SIGKILL gives the process no chance to clean up: whatever is on disk at that moment is what a
+resume has to cope with. Used by tests/test_resume.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def kill_now() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_before_step(step: int) -> None:
+    from lightning.pytorch.callbacks import Callback
+
+    from normzoo import train
+
+    class KillAt(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if trainer.global_step == step:
+                kill_now()
+
+    build = train.build_trainer
+
+    def build_and_arm(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        trainer.callbacks.append(KillAt())
+        return trainer
+
+    train.build_trainer = build_and_arm
+
+
+def kill_inside_checkpoint_write(nth: int) -> None:
+    from normzoo import atomic
+
+    write = atomic.atomic_write
+    seen = {"checkpoints": 0}
+
+    def half_write_then_die(path, writer, what="file"):
+        if what == "checkpoint":
+            seen["checkpoints"] += 1
+            if seen["checkpoints"] == nth:
+                buffer = io.BytesIO()
+                writer(buffer)
+                data = buffer.getvalue()
+                with open(atomic._temporary(Path(path)), "wb") as f:
+                    f.write(data[: len(data) // 2])
+                    f.flush()
+                    os.fsync(f.fileno())
+                kill_now()
+        return write(path, writer, what)
+
+    atomic.atomic_write = half_write_then_die
+
+
+if __name__ == "__main__":
+    mode, at, *args = sys.argv[1:]
+    {"step": kill_before_step, "write": kill_inside_checkpoint_write}[mode](int(at))
+    from normzoo.cli import main
+
+    sys.argv = ["normzoo", *args]
+    main()

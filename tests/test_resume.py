@@ -1,0 +1,252 @@
+"""Crash safety: a run killed at any moment resumes as if it had never stopped.
+
+The crash tests kill real ``normzoo train`` processes with SIGKILL (tests/crash.py) and compare the
+resumed run with an uninterrupted one of the same seed: every per-step training loss and every
+final weight must be *equal*, not close (one thread, deterministic CPU kernels).
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from normzoo.atomic import atomic_write_text, remove_stale_temporaries, save_checkpoint_atomically
+from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
+from normzoo.errors import RuntimeFailure
+
+HERE = Path(__file__).parent
+# 200 sentences in batches of 256 tokens: 15 batches an epoch, so 30 steps cross an epoch
+# boundary and the checkpoint at step 20 falls mid-epoch. Dropout on: the RNG must be restored.
+RECIPE = {
+    "task": "translation",
+    "seed": 3,
+    "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
+              "decoder_layers": 1, "dropout": 0.1, "residual": "pre"},
+    "data": {"source": "builtin", "train_limit": 200, "valid_limit": 20, "max_tokens": 256,
+             "max_len": 32, "tokenizer": {"type": "bpe", "vocab_size": 300}},
+    "optim": {"lr": 1.0e-3, "warmup_steps": 5},
+    "trainer": {"max_steps": 30, "val_every_steps": 5, "log_every_steps": 1,
+                "progress_bar": False},
+    "eval": {"valid_bleu": False},
+}
+
+
+def environment(cache: Path) -> dict[str, str]:
+    return {**os.environ, "NORMZOO_CACHE": str(cache), "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+def normzoo(args: list[str], cwd: Path, crash: list[str] | None = None):
+    prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
+        [sys.executable, "-m", "normzoo.cli"]
+    return subprocess.run([*prefix, *args], cwd=cwd, env=environment(cwd / "cache"),
+                          capture_output=True, text=True, timeout=300)
+
+
+def losses(run_dir: Path) -> dict[int, list[str]]:
+    """The logged training loss of every step, as written (exact text of the float)."""
+    rows: dict[int, list[str]] = {}
+    with open(run_dir / "logs" / "csv" / "metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("train/loss"):
+                rows.setdefault(int(row["step"]), []).append(row["train/loss"])
+    return rows
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    return ckpt["state_dict"]
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("resume")
+    (root / "tiny.yaml").write_text(yaml.safe_dump(RECIPE))
+    return root
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(workdir: Path) -> Path:
+    result = normzoo(["train", "tiny.yaml", "run.dir=runs/whole"], workdir)
+    assert result.returncode == 0, result.stderr
+    return workdir / "runs" / "whole"
+
+
+def assert_same_run(resumed: Path, whole: Path) -> None:
+    expected, got = losses(whole), losses(resumed)
+    assert sorted(expected) == list(range(30))
+    assert got == expected  # every step once, the same loss to the last digit
+    a, b = weights(whole), weights(resumed)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert load(resumed / "checkpoints" / "last.ckpt")["global_step"] == 30
+
+
+def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(workdir, uninterrupted):
+    killed = normzoo(["train", "tiny.yaml", "run.dir=runs/killed"], workdir, ["step", "23"])
+    assert killed.returncode == -signal.SIGKILL
+    run = workdir / "runs" / "killed"
+    last = load(run / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 20  # the work since step 20 is lost, nothing before it
+    position = last["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert position == {"epoch": 1, "batches": 5}  # in the middle of the second epoch
+
+    resumed = normzoo(["train", "tiny.yaml", "run.dir=runs/killed", "--resume", "auto"],
+                      workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "not resumable" not in resumed.stderr  # Lightning's warning for replayed epochs
+    assert_same_run(run, uninterrupted)
+
+
+def test_sigkill_inside_a_checkpoint_write_then_resume(workdir, uninterrupted):
+    # Writes at step 5: step-5, best-5, last; at step 10: step-10, best-10, then last (6th).
+    killed = normzoo(["train", "tiny.yaml", "run.dir=runs/torn"], workdir, ["write", "6"])
+    assert killed.returncode == -signal.SIGKILL
+    checkpoints = workdir / "runs" / "torn" / "checkpoints"
+    torn = [p for p in checkpoints.iterdir() if p.name.startswith(".last.ckpt.tmp-")]
+    assert len(torn) == 1  # the half-written file is there, under a name no one loads
+    with pytest.raises(RuntimeError):  # torch cannot read a truncated archive
+        load(torn[0])
+    assert load(checkpoints / "last.ckpt")["global_step"] == 5  # the previous last, whole
+
+    resumed = normzoo(["train", "tiny.yaml", "run.dir=runs/torn", "--resume", "auto"], workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not any(p.name.startswith(".") for p in checkpoints.iterdir())
+    assert not list(checkpoints.glob("*-v1.ckpt"))  # no collision with the killed run's files
+    assert_same_run(checkpoints.parent, uninterrupted)
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(workdir, uninterrupted):
+    other = normzoo(["train", "tiny.yaml", "run.dir=runs/whole", "model.d_model=64",
+                     "model.ffn_dim=128", "--resume", "auto"], workdir)
+    assert other.returncode == 2
+    assert "model.d_model: checkpoint 32, recipe 64" in other.stderr
+    assert "model.ffn_dim" in other.stderr and "Traceback" not in other.stderr
+
+
+def test_resume_refuses_a_code_executing_pickle_without_running_it(workdir, tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": Payload()}, evil)
+    result = normzoo(["train", "tiny.yaml", f"run.dir={tmp_path / 'run'}", "--resume",
+                      str(evil)], workdir)
+    assert result.returncode == 2
+    assert "refused" in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()
+
+
+def test_a_full_disk_while_saving_exits_1_and_keeps_the_last_checkpoint(
+        tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from normzoo.cli import app
+
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(RECIPE))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    real_fsync, writes = os.fsync, {"last": 0}
+
+    def fsync(fd: int) -> None:  # the second write of last.ckpt finds the disk full
+        if ".last.ckpt.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            writes["last"] += 1
+            if writes["last"] == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr("normzoo.atomic.os.fsync", fsync)
+    result = CliRunner().invoke(app, ["train", "tiny.yaml", "run.dir=run"])
+    assert result.exit_code == 1, result.output
+    assert "disk is full" in result.output and "Traceback" not in result.output
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert load(checkpoints / "last.ckpt")["global_step"] == 5
+    assert not any(p.name.startswith(".") for p in checkpoints.iterdir())
+
+
+# -- the pieces -------------------------------------------------------------------------------
+
+def test_the_loader_reports_batches_handed_out_and_resumes_after_them():
+    lengths = [3, 5, 2, 7, 4, 4, 6, 1, 2, 3] * 4
+    dataset = list(range(len(lengths)))
+
+    def loader() -> ResumableLoader:
+        sampler = TokenBudgetSampler(lengths, 16, seed=1)
+        return ResumableLoader(dataset, sampler, collate_fn=list)
+
+    sampler = TokenBudgetSampler(lengths, 16, seed=1)
+    sampler.set_epoch(2)
+    epoch2 = list(sampler)
+    first = loader()
+    first.batch_sampler.set_epoch(2)
+    it = iter(first)
+    seen = [next(it) for _ in range(3)]
+    assert first.state_dict() == {"epoch": 2, "batches": 3}
+
+    second = loader()  # a fresh process: epoch 0, position 0
+    second.load_state_dict(first.state_dict())
+    assert seen + list(second) == epoch2
+    assert len(second) == len(epoch2)  # the epoch's length is unchanged: Lightning counts on it
+    assert second.state_dict() == {"epoch": 2, "batches": len(epoch2)}
+    assert list(second) == epoch2  # the next pass starts from the top again
+
+
+def test_a_new_epoch_forgets_a_pending_resume_position():
+    sampler = TokenBudgetSampler([2] * 20, 8, seed=0)
+    sampler.resume_at(1, 3)
+    sampler.set_epoch(2)
+    assert sampler.skipped == 0
+
+
+def test_a_failed_write_leaves_the_previous_file_whole(tmp_path: Path):
+    target = tmp_path / "last.ckpt"
+    save_checkpoint_atomically({"step": 1}, target)
+
+    def explode(f):
+        f.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    from normzoo import atomic
+
+    with pytest.raises(RuntimeFailure, match=r"disk is full.*previous version.*intact") as info:
+        atomic.atomic_write(target, explode, "checkpoint")
+    assert info.value.exit_code == 1
+    assert load(target) == {"step": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_stale_temporaries_are_removed_and_nothing_else(tmp_path: Path):
+    atomic_write_text(tmp_path / "summary.json", "{}")
+    (tmp_path / ".last.ckpt.tmp-123").write_bytes(b"torn")
+    (tmp_path / ".hidden").write_text("keep")
+    removed = remove_stale_temporaries(tmp_path)
+    assert [p.name for p in removed] == [".last.ckpt.tmp-123"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "summary.json"]
+
+
+def test_lightning_sets_the_epoch_of_the_token_budget_sampler():
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+
+    sampler = TokenBudgetSampler([3, 1, 2] * 10, 6, seed=0)
+    loader = ResumableLoader(list(range(30)), sampler, collate_fn=list)
+    first = list(loader)
+    _set_sampler_epoch(loader, 1)  # what Lightning does at the start of every epoch
+    assert sampler.epoch == 1
+    assert list(loader) != first  # a new order each epoch
