@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import torch
 
 from normzoo import registry
 from normzoo.data.tokenizer import Tokenizer
-from normzoo.errors import NormzooError
+from normzoo.errors import ConfigError, NormzooError
 from normzoo.models import assemble
 from normzoo.models.families import Seq2SeqModel, TransformerModel
 from normzoo.recipe import EvalConfig, Recipe, from_dict
@@ -87,6 +86,10 @@ class Loaded:
 
 def check_plugins(plugins: list[dict[str, str]], source: str) -> None:
     """Fail with the distribution to install when a plugin that built the model is missing."""
+    if not (isinstance(plugins, list) and all(
+            isinstance(p, dict) and isinstance(p.get("name"), str) for p in plugins)):
+        raise _damaged(source, "its plugin list is not a list of {kind, name, distribution, "
+                       "version} entries")
     for plugin in plugins:
         reg = registry.norms if plugin.get("kind") == "norm" else registry.residuals
         name = plugin["name"]
@@ -99,52 +102,130 @@ def check_plugins(plugins: list[dict[str, str]], source: str) -> None:
             )
 
 
-def _read_checkpoint(path: Path) -> dict[str, Any]:
+def _first_line(error: BaseException, limit: int = 200) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _refused_global(error: pickle.UnpicklingError) -> str | None:
+    """What the weights-only unpickler refused (a global: code), or None if the file is just
+    damaged (its other UnpicklingErrors, e.g. "Unsupported operand", mean unreadable bytes)."""
+    for line in str(error).splitlines():
+        detail = line.strip().removeprefix("WeightsUnpickler error: ")
+        if "GLOBAL" in detail or "allowlisted" in detail:
+            return detail.split(". ")[0]
+    return None
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
+        refused = _refused_global(error)
+        if refused is None:
+            raise _unreadable(path, error) from None
         raise CheckpointError(
             f"{path} holds objects that are not plain data, so it is refused (loading it could "
-            f"run code): {str(error).splitlines()[0]}"
+            f"run code): {refused}"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint (truncated or damaged?): "
-            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
-        ) from None
+    except Exception as error:  # on bytes that are no checkpoint, torch.load raises anything:
+        raise _unreadable(path, error) from None  # KeyError, IndexError, RuntimeError, OSError
 
 
-def _rebuild(recipe_dict: dict[str, Any], vocab_size: int, plugins, source: str):
+def _unreadable(path: Path, error: BaseException) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is not a readable checkpoint (truncated, damaged, or not a checkpoint at all; "
+        f"copy it again from the run directory): {_first_line(error)}"
+    )
+
+
+def _damaged(source: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{source} is damaged: {what}. It is not as normzoo wrote it "
+                           "(edited, or cut short?)")
+
+
+def _tokenizer(text: Any, source: str) -> Tokenizer:
+    if not isinstance(text, str):
+        raise _damaged(source, "its tokenizer is missing or not text")
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as error:  # the tokenizers library raises bare Exceptions on bad JSON
+        raise _damaged(source, f"its tokenizer cannot be read ({_first_line(error)})") from None
+
+
+def _recipe(data: Any, source: str) -> Recipe:
+    """The saved recipe, its problems (if any) reported as the checkpoint's, not the user's."""
+    try:
+        return from_dict(data)
+    except ConfigError as error:
+        raise ConfigError(error.problems, f"{source} holds an invalid recipe") from None
+
+
+def _rebuild(recipe_dict: Any, vocab_size: int, plugins: Any, source: str):
     check_plugins(plugins, source)
-    recipe = from_dict(recipe_dict)
+    recipe = _recipe(recipe_dict, source)
     return recipe, assemble(recipe.model, vocab_size=vocab_size)
+
+
+def checkpoint_parts(ckpt: Any, source: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The normzoo metadata and the model's weights, checked to be what ``normzoo train``
+    writes, so that a crafted or damaged file fails here rather than deep inside torch."""
+    meta = ckpt.get("normzoo") if isinstance(ckpt, dict) else None
+    if not meta or "state_dict" not in ckpt:
+        raise CheckpointError(f"{source} is not a normzoo checkpoint (no normzoo metadata)")
+    if not isinstance(meta, dict):
+        raise _damaged(source, "its normzoo metadata is not a mapping")
+    if not isinstance(meta.get("recipe"), dict):
+        raise _damaged(source, "its recipe is missing or not a mapping")
+    weights = ckpt["state_dict"]
+    if not (isinstance(weights, dict) and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items())):
+        raise _damaged(source, "its state_dict is not a mapping of names to tensors")
+    return meta, {k.removeprefix("model."): v for k, v in weights.items()}
 
 
 def load_checkpoint(path: str | Path) -> Loaded:
     """A model from a Lightning checkpoint written by ``normzoo train``."""
     path = Path(path)
-    ckpt = _read_checkpoint(path)
-    meta = ckpt.get("normzoo") if isinstance(ckpt, dict) else None
-    if not meta or "state_dict" not in ckpt:
-        raise CheckpointError(f"{path} is not a normzoo checkpoint (no normzoo metadata)")
-    tokenizer = Tokenizer.from_str(meta["tokenizer"])
-    recipe, model = _rebuild(meta["recipe"], tokenizer.vocab_size, meta.get("plugins", []),
-                             str(path))
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()}
-    _load_state(model, state, str(path))
+    meta, state = checkpoint_parts(read_checkpoint(path), str(path))
+    tokenizer = _tokenizer(meta.get("tokenizer"), str(path))
+    plugins = meta.get("plugins", [])
+    recipe, model = _rebuild(meta["recipe"], tokenizer.vocab_size, plugins, str(path))
+    load_state(model, state, str(path))
     model.eval()
-    return Loaded(model, tokenizer, recipe, meta.get("plugins", []), str(path))
+    return Loaded(model, tokenizer, recipe, plugins, str(path))
 
 
-def _load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+def _examples(keys: list[str]) -> str:
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _misfit(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
+    """How ``state`` differs from ``model``'s own weights: names missing, extra, mis-shaped."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    extra = [k for k in state if k not in expected]
+    shapes = [f"{k} is {list(state[k].shape)} in the file, {list(v.shape)} in the model"
+              for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    parts = [f"{len(missing)} weight(s) missing ({_examples(missing)})" if missing else "",
+             f"{len(extra)} unexpected ({_examples(extra)})" if extra else "",
+             f"{len(shapes)} of another shape ({_examples(shapes)})" if shapes else ""]
+    return "; ".join(part for part in parts if part)
+
+
+def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:
-        first = str(error).splitlines()[0]
-        raise CheckpointError(f"{source} does not fit the model its recipe describes: {first}"
-                              ) from None
+        detail = _misfit(model, state) or _first_line(error)
+        raise CheckpointError(
+            f"{source} does not fit the model its recipe describes: {detail}. Its weights and "
+            "its saved recipe disagree (was one of them edited?); use the file as normzoo "
+            "train wrote it"
+        ) from None
 
 
 def load_export(directory: str | Path) -> Loaded:
@@ -160,16 +241,23 @@ def load_export(directory: str | Path) -> Loaded:
         metadata = json.loads((directory / "metadata.json").read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{directory}: damaged export metadata ({error})") from None
+    if not (isinstance(config, dict) and isinstance(config.get("recipe"), dict)):
+        raise _damaged(str(directory), "config.json has no recipe")
+    if not isinstance(metadata, dict):
+        raise _damaged(str(directory), "metadata.json is not a mapping")
     tokenizer = Tokenizer.load(directory / "tokenizer.json")
-    recipe, model = _rebuild(config["recipe"], config["vocab_size"],
-                             metadata.get("plugins", []), str(directory))
+    if config.get("vocab_size") != tokenizer.vocab_size:
+        raise _damaged(str(directory), f"config.json says vocab_size {config.get('vocab_size')!r}"
+                       f" but tokenizer.json has {tokenizer.vocab_size} entries")
+    plugins = metadata.get("plugins", [])
+    recipe, model = _rebuild(config["recipe"], tokenizer.vocab_size, plugins, str(directory))
     try:
         load_model(model, directory / "model.safetensors", strict=True)
     except Exception as error:  # safetensors raises its own error types for damaged files
         raise CheckpointError(f"{directory}/model.safetensors cannot be loaded: {error}"
                               ) from None
     model.eval()
-    return Loaded(model, tokenizer, recipe, metadata.get("plugins", []), str(directory))
+    return Loaded(model, tokenizer, recipe, plugins, str(directory))
 
 
 def load(path: str | Path) -> Loaded:

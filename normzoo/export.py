@@ -22,11 +22,22 @@ from pathlib import Path
 import torch
 
 from normzoo import __version__
-from normzoo.checkpoint import CheckpointError, _read_checkpoint, load_checkpoint
+from normzoo.checkpoint import (
+    CheckpointError,
+    checkpoint_parts,
+    load_checkpoint,
+    load_state,
+    read_checkpoint,
+)
 
 
 def _step(path: Path) -> int:
-    return int(_read_checkpoint(path).get("global_step", -1))
+    step = read_checkpoint(path).get("global_step", -1)
+    return step if isinstance(step, int) else -1
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint_parts(read_checkpoint(path), str(path))[1]
 
 
 def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
@@ -49,11 +60,20 @@ def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
 
 
 def average_state(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the checkpoints' float parameters (others taken from the first)."""
-    first = _read_checkpoint(paths[0])["state_dict"]
+    """The element-wise mean of the checkpoints' float parameters (others taken from the first).
+
+    Every checkpoint must hold the same tensors with the same shapes; one that does not (from
+    another run, or damaged) is named rather than averaged.
+    """
+    first = _weights(paths[0])
     total = {k: v.double() if v.is_floating_point() else v for k, v in first.items()}
     for path in paths[1:]:
-        for key, value in _read_checkpoint(path)["state_dict"].items():
+        weights = _weights(path)
+        shapes = {k: v.shape for k, v in weights.items()}
+        if shapes != {k: v.shape for k, v in first.items()}:
+            raise CheckpointError(f"cannot average {path} with {paths[0]}: their weights differ "
+                                  "in names or shapes (checkpoints of different models?)")
+        for key, value in weights.items():
             if value.is_floating_point():
                 total[key] += value.double()
     return {k: (v / len(paths)).to(first[k].dtype) if v.is_floating_point() else v
@@ -69,8 +89,8 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
     sources = [checkpoint]
     if average > 1:
         sources = recent_checkpoints(checkpoint, average)
-        state = {k.removeprefix("model."): v for k, v in average_state(sources).items()}
-        loaded.model.load_state_dict(state)
+        load_state(loaded.model, average_state(sources), f"the average of {len(sources)} "
+                   f"checkpoints of {checkpoint.parent}")
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"{out} exists and is not empty; choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import pydantic
 
@@ -23,6 +24,12 @@ def close_match(word: str, choices: list[str] | tuple[str, ...]) -> str:
     """A ``" (did you mean 'x'?)"`` suffix, or ``""`` when nothing is close."""
     match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def key_name(key: object) -> str:
+    """``key`` as one part of a key path: quoted when it would print as nothing (``''``)."""
+    text = str(key)
+    return text if text.strip() else repr(key)
 
 
 def _fields_at(model: type[pydantic.BaseModel] | None, loc: list[str]) -> list[str]:
@@ -48,7 +55,7 @@ def pydantic_problems(
     problems = []
     items = error if isinstance(error, list) else error.errors()
     for item in items:
-        loc = [str(part) for part in item["loc"]]
+        loc = [key_name(part) for part in item["loc"]]
         path = ".".join([prefix, *loc] if prefix else loc)
         message = item["msg"]
         if item["type"] == "extra_forbidden":
@@ -56,6 +63,47 @@ def pydantic_problems(
         elif item["type"] == "missing":
             message = "required, but missing"
         problems.append(Problem(path, message))
+    return problems
+
+
+def _takes_numbers(annotation: Any) -> bool:
+    """Whether a field of this type takes numbers but not booleans."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = get_args(annotation)
+        return bool not in args and any(_takes_numbers(arg) for arg in args)
+    return False
+
+
+def _nested_model(annotation: Any) -> type[pydantic.BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    return None
+
+
+def boolean_numbers(
+    model: type[pydantic.BaseModel], data: Mapping[Any, Any], prefix: str = ""
+) -> list[Problem]:
+    """A problem for each boolean given where ``model`` (or a section in it) takes a number.
+
+    pydantic's lax mode reads ``true`` as 1, and YAML reads ``yes``, ``no``, ``on`` and ``off``
+    as booleans, so ``heads: on`` would silently become one head.
+    """
+    problems = []
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        path = f"{prefix}.{key}" if prefix else key
+        nested = _nested_model(field.annotation)
+        if isinstance(value, bool) and _takes_numbers(field.annotation):
+            problems.append(Problem(path, f"expected a number, got the boolean {value!r} (YAML "
+                                    "also reads yes/no/on/off as booleans)"))
+        elif nested is not None and isinstance(value, Mapping):
+            problems += boolean_numbers(nested, value, path)
     return problems
 
 
@@ -74,8 +122,10 @@ def _options_model(fn: Callable[..., Any], skip: int) -> tuple[type[pydantic.Bas
         annotation = Any if p.annotation is p.empty else p.annotation
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (annotation, default)
+    # No option is meaningful as nan or infinity (an eps, a fraction, an initial scale).
     config = pydantic.ConfigDict(
-        extra="allow" if open_ended else "forbid", arbitrary_types_allowed=True
+        extra="allow" if open_ended else "forbid", arbitrary_types_allowed=True,
+        allow_inf_nan=False,
     )
     model = pydantic.create_model(f"{getattr(fn, '__qualname__', 'plugin')}Options",
                                   __config__=config, **fields)
@@ -101,8 +151,12 @@ def validate_options(
                 problems.append(
                     Problem(f"{where}.{key}", f"unknown option{hint}; accepted: {accepted}")
                 )
+    booleans = boolean_numbers(model, options, where)
+    problems += booleans
     # Check the known options' values too, so every problem is reported in one go.
-    known_options = {k: v for k, v in options.items() if open_ended or k in model.model_fields}
+    flagged = {p.path.rpartition(".")[2] for p in booleans}
+    known_options = {k: v for k, v in options.items()
+                     if (open_ended or k in model.model_fields) and k not in flagged}
     validated = None
     try:
         validated = model(**known_options)

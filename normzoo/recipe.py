@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from normzoo.errors import ConfigError, Problem
 from normzoo.models.config import ModelConfig
-from normzoo.options import close_match, pydantic_problems
+from normzoo.options import boolean_numbers, close_match, key_name, pydantic_problems
 
 Task = Literal["translation", "mlm", "causal_lm"]
 FAMILY_OF_TASK = {"translation": "encoder_decoder", "mlm": "encoder", "causal_lm": "decoder"}
@@ -34,7 +35,8 @@ def _family_problem(task: Any, family: Any) -> Problem | None:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # nan and infinity pass range checks such as gt=0 (inf > 0) and mean nothing in a recipe.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TokenizerConfig(_Section):
@@ -44,7 +46,7 @@ class TokenizerConfig(_Section):
     """
 
     type: Literal["bpe", "unigram"] = "bpe"
-    vocab_size: int = Field(default=8000, ge=64)
+    vocab_size: int = Field(default=8000, ge=64, le=2**24)
     min_frequency: int = Field(default=2, ge=1)
     lowercase: bool = False
 
@@ -88,11 +90,14 @@ class DataConfig(_Section):
         return self
 
 
+Beta = Annotated[float, Field(ge=0, lt=1)]  # what torch.optim.AdamW accepts
+
+
 class OptimConfig(_Section):
     """AdamW with a warm-up then inverse-square-root or cosine decay."""
 
     lr: float = Field(default=5e-4, gt=0)
-    betas: tuple[float, float] = (0.9, 0.98)
+    betas: tuple[Beta, Beta] = (0.9, 0.98)
     eps: float = Field(default=1e-8, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     schedule: Literal["inverse_sqrt", "cosine", "constant"] = "inverse_sqrt"
@@ -130,6 +135,21 @@ class TrainerConfig(_Section):
     )
     progress_bar: bool = True
 
+    @field_validator("max_time")
+    @classmethod
+    def _days_hours_minutes_seconds(cls, value: str | None) -> str | None:
+        # Lightning's own format check, which would otherwise fail only once the run starts.
+        if value is not None and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", value.strip()):
+            raise ValueError(f"'{value}' is not DD:HH:MM:SS (e.g. 00:12:00:00 for 12 hours)")
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _device_count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1 and value != -1:
+            raise ValueError(f"{value} devices: use a positive count, -1 (all) or 'auto'")
+        return value
+
 
 class EvalConfig(_Section):
     """Decoding for validation BLEU and ``normzoo evaluate``."""
@@ -160,7 +180,8 @@ class Recipe(_Section):
     """A whole run: task, model, data, optimisation, trainer and evaluation settings."""
 
     task: Task = "translation"
-    seed: int = 1
+    # Lightning silently replaces a seed outside numpy's range with 0.
+    seed: int = Field(default=1, ge=0, le=2**32 - 1)
     run: RunConfig = RunConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -184,6 +205,95 @@ class Recipe(_Section):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+# -- plain data from YAML -------------------------------------------------------------------------
+
+# A recipe is at most four levels deep (model.residual.option: [list]); anything far deeper is
+# a mistake, and would exhaust Python's recursion limit in copying or validation.
+MAX_DEPTH = 16
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """The safe loader, refusing duplicate keys: YAML forbids them, and PyYAML would otherwise
+    keep the last of two ``model:`` sections without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            with contextlib.suppress(TypeError):  # an unhashable key: the base class says so
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key '{key}'", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _Unreadable(Exception):
+    """YAML text that gives no plain data; the message says why, in one line."""
+
+
+def _parse_yaml(text: str) -> Any:
+    """``text`` as plain data (safe loader); :class:`_Unreadable` whatever the reason it is not."""
+    try:
+        data = yaml.load(text, Loader=_RecipeLoader)  # a SafeLoader: no Python objects
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise _Unreadable(f"malformed YAML{where}: {problem}") from None
+    except RecursionError:
+        raise _Unreadable(f"malformed YAML: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as error:  # a constructor's own check: 2001-02-30, a 5000-digit number
+        reason = str(error).split(";")[0]
+        raise _Unreadable(f"malformed YAML: a value cannot be read ({reason})") from None
+    problem = _shape_problem(data)
+    if problem is not None:
+        raise _Unreadable(problem)
+    return data
+
+
+def _containers(node: Any) -> list[Any]:
+    values = node.values() if isinstance(node, dict) else node if isinstance(
+        node, list | tuple) else ()
+    return [value for value in values if isinstance(value, dict | list | tuple)]
+
+
+def _shape_problem(data: Any) -> str | None:
+    """Why ``data`` is no recipe-shaped plain data (too deep, or containing itself), or None.
+
+    Iterative, and each shared node is visited once: YAML aliases can make a small file a
+    structure with billions of paths ("billion laughs") or a cycle.
+    """
+    height: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, expanded = stack.pop()
+        children = _containers(node)
+        if expanded:
+            on_path.discard(id(node))
+            height[id(node)] = 1 + max((height[id(child)] for child in children), default=0)
+        elif id(node) in on_path:
+            return "contains itself (a YAML alias *x inside the anchor &x it refers to)"
+        elif id(node) not in height:
+            on_path.add(id(node))
+            stack.append((node, True))
+            stack += [(child, False) for child in children]
+    depth = height.get(id(data), 0)
+    if depth > MAX_DEPTH:
+        return f"nested {depth} levels deep; a recipe needs at most 4 (the limit is {MAX_DEPTH})"
+    return None
+
+
+def _check_shape(data: Any, title: str) -> None:
+    problem = _shape_problem(data)
+    if problem is not None:
+        raise ConfigError([Problem("", problem)], title)
+
+
 # -- overrides ------------------------------------------------------------------------------------
 
 
@@ -197,8 +307,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not key or any(not part for part in key.split(".")):
         raise ConfigError([Problem(text, "empty key")], "invalid override")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as error:
+        value = _parse_yaml(raw) if raw.strip() else None
+    except _Unreadable as error:
         raise ConfigError([Problem(key, f"value is not valid YAML ({error})")],
                           "invalid override") from None
     # YAML reads "1e-4" as a string (YAML 1.1); users mean a number.
@@ -226,6 +336,7 @@ def _is_text_field(key: str) -> bool:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """A copy of ``data`` with each ``key=value`` set, creating sections as needed."""
+    _check_shape(data, "invalid recipe")
     data = copy.deepcopy(data)
     problems = []
     for text in overrides:
@@ -269,15 +380,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError([Problem("", f"recipe file not found: {path}")], "cannot read recipe")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError([Problem("", f"{path}: malformed YAML{where}: {problem}")],
-                          "cannot read recipe") from None
+        data = _parse_yaml(path.read_text(encoding="utf-8"))
+    except _Unreadable as error:
+        raise ConfigError([Problem("", f"{path}: {error}")], "cannot read recipe") from None
     except UnicodeDecodeError:
         raise ConfigError([Problem("", f"{path}: not UTF-8 text")], "cannot read recipe") from None
+    except OSError as error:  # unreadable (permissions, an I/O error)
+        raise ConfigError([Problem("", f"{path}: {error.strerror or error}")],
+                          "cannot read recipe") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -403,17 +513,54 @@ def _validate(
     return None, problems, dropped, data
 
 
+# Upper bounds of model sizes, far above any real model. Validation builds a norm of width
+# d_model, so without them a typo (d_model=5120000000) allocates gigabytes or overflows inside
+# torch instead of being reported; layers and positions are built one by one at assembly.
+MODEL_LIMITS = {"d_model": 2**20, "ffn_dim": 2**20, "max_positions": 2**20,
+                "encoder_layers": 2**14, "decoder_layers": 2**14}
+_INTEGER = pydantic.TypeAdapter(int)
+
+
+def _limit_problems(data: dict[str, Any]) -> list[Problem]:
+    """Model sizes above :data:`MODEL_LIMITS`, read as pydantic reads them (2e6 too)."""
+    model = data.get("model")
+    problems = []
+    for key, limit in MODEL_LIMITS.items() if isinstance(model, dict) else ():
+        try:
+            value = _INTEGER.validate_python(model.get(key))
+        except pydantic.ValidationError:
+            continue  # absent or not a number: validation reports the latter
+        if value > limit:
+            problems.append(Problem(f"model.{key}", f"{value} is above the limit of {limit} "
+                                    "(a typo?)"))
+    return problems
+
+
+def _prechecked(data: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """``data`` without the keys pydantic alone would let through: booleans given as numbers,
+    model sizes above the limits; and their problems. Without those keys (their defaults
+    stand in) validation and the registry check still report everything else."""
+    problems = boolean_numbers(Recipe, data) + _limit_problems(data)
+    if problems:
+        data = copy.deepcopy(data)
+        for problem in problems:
+            _drop(data, tuple(problem.path.split(".")))
+    return data, problems
+
+
 def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     """Validate plain data as a recipe; raise :class:`ConfigError` with every problem."""
     if not isinstance(data, dict):
         raise ConfigError([Problem("", "the top level must be a mapping of sections, not "
                                    f"{type(data).__name__}")], "invalid recipe")
+    _check_shape(data, "invalid recipe")
     problems: list[Problem] = []
     for key in data:
         if key not in Recipe.model_fields:
-            problems.append(Problem(str(key), "unknown section"
+            problems.append(Problem(key_name(key), "unknown section"
                                     + close_match(str(key), list(Recipe.model_fields))))
-    known = {k: v for k, v in data.items() if k in Recipe.model_fields}
+    known, found = _prechecked({k: v for k, v in data.items() if k in Recipe.model_fields})
+    problems += found
     _fill_family(known)
     recipe, found, dropped, left = _validate(known)
     problems += found

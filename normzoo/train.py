@@ -12,17 +12,20 @@ Run directory layout::
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import io
 import json
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from normzoo.atomic import atomic_write_text, checkpoint_io, remove_stale_temporaries
-from normzoo.errors import NormzooError
+from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.recipe import Recipe
 
 TASKS = {
@@ -265,9 +268,9 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     ``--resume auto`` is crash recovery: checkpoints after the resumed step are discarded as the
     run redoes them. With an explicit path they are left alone (the user may be branching).
     """
-    from normzoo.checkpoint import _read_checkpoint
+    from normzoo.checkpoint import read_checkpoint
 
-    saved = _read_checkpoint(ckpt_path)  # weights only: a crafted file runs no code
+    saved = read_checkpoint(ckpt_path)  # weights only: a crafted file runs no code
     check_resumable(saved, recipe, ckpt_path)
     step = int(saved.get("global_step", 0))
     tokenizer = saved["normzoo"].get("tokenizer", "")
@@ -277,6 +280,28 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
         else:
             remove_stale_temporaries(run_dir / "checkpoints")
     return step, tokenizer
+
+
+@contextlib.contextmanager
+def machine_failures(trainer) -> Iterator[None]:
+    """Turn the machine running out of memory or disk into a :class:`RuntimeFailure` (exit 1)
+    that says what to do, instead of a traceback from deep inside torch."""
+    import torch
+
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise RuntimeFailure(
+            f"out of memory at step {trainer.global_step}: lower data.max_tokens (raise "
+            "trainer.accumulate to keep the batch), then continue with --resume auto"
+        ) from None
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise RuntimeFailure(
+            f"the disk is full (at step {trainer.global_step}): free space, then continue with "
+            "--resume auto; the last checkpoint is intact"
+        ) from None
 
 
 def _trim_history(rows: list[dict[str, str]], resumed_step: int) -> list[dict[str, str]]:
@@ -333,7 +358,8 @@ def run(
     metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
     history = (_trim_history(read_metrics(metrics_file), resumed_step)
                if ckpt_path is not None and rank == 0 else [])
-    trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+    with machine_failures(trainer):
+        trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
     if history:  # Lightning's CSV logger starts the file afresh: keep the earlier rows
         write_metrics(metrics_file, history + read_metrics(metrics_file))
     # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.

@@ -91,3 +91,38 @@ def _one_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``last.ckpt`` of a two-step translation run on the built-in corpus (a few seconds).
+
+    For tests that need a real checkpoint but not a trained model; copy it before changing it.
+    """
+    import torch
+
+    from normzoo import train
+    from normzoo.recipe import from_dict
+
+    root = tmp_path_factory.mktemp("tiny_checkpoint")
+    recipe = from_dict({
+        "task": "translation",
+        "seed": 3,
+        "run": {"dir": str(root / "run")},
+        "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
+                  "decoder_layers": 1, "max_positions": 64},
+        "data": {"train_limit": 200, "valid_limit": 8, "max_tokens": 512, "max_len": 64,
+                 "tokenizer": {"vocab_size": 200, "min_frequency": 1}},
+        "trainer": {"max_steps": 2, "val_every_steps": 2, "progress_bar": False,
+                    "accelerator": "cpu", "keep_checkpoints": 0, "save_top_k": 0},
+        "eval": {"valid_bleu": False},
+    })
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NORMZOO_CACHE", str(root / "cache"))
+        torch.set_num_threads(1)
+        try:
+            train.run(recipe, "tiny.yaml")
+        finally:
+            torch.set_num_threads(threads)
+    return root / "run" / "checkpoints" / "last.ckpt"

@@ -268,3 +268,22 @@ def test_causal_lm_checkpoint_generates_and_reports_perplexity(tmp_path_factory)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["task"] == "causal_lm" and 1.0 < report["ppl"] < 400  # vocab is 400
+
+
+def test_averaging_names_a_checkpoint_of_another_model_or_a_damaged_one(tmp_path: Path):
+    from normzoo.export import average_state
+
+    def step_file(name: str, state) -> Path:
+        path = tmp_path / name
+        torch.save({"normzoo": {"recipe": {}}, "state_dict": state}, path)
+        return path
+
+    a = step_file("step-1.ckpt", {"model.w": torch.ones(2, 2)})
+    b = step_file("step-2.ckpt", {"model.w": torch.full((2, 2), 3.0)})
+    assert torch.equal(average_state([a, b])["w"], torch.full((2, 2), 2.0))
+    other = step_file("step-3.ckpt", {"model.w": torch.ones(3, 2)})
+    with pytest.raises(CheckpointError, match=r"step-3\.ckpt.*differ in names or shapes"):
+        average_state([a, other])
+    damaged = step_file("step-4.ckpt", {"model.w": "not a tensor"})
+    with pytest.raises(CheckpointError, match=r"step-4\.ckpt.*damaged"):
+        average_state([a, damaged])

@@ -250,3 +250,27 @@ def test_lightning_sets_the_epoch_of_the_token_budget_sampler():
     _set_sampler_epoch(loader, 1)  # what Lightning does at the start of every epoch
     assert sampler.epoch == 1
     assert list(loader) != first  # a new order each epoch
+
+
+@pytest.mark.parametrize("failure, message", [
+    (torch.OutOfMemoryError("CUDA out of memory"), "out of memory at step 7: lower data.max_"),
+    (OSError(errno.ENOSPC, "No space left on device"), "disk is full .*--resume auto"),
+])
+def test_machine_failures_during_training_become_exit_code_1(failure, message):
+    from types import SimpleNamespace
+
+    from normzoo.train import machine_failures
+
+    with pytest.raises(RuntimeFailure, match=message) as info, \
+            machine_failures(SimpleNamespace(global_step=7)):
+        raise failure
+    assert info.value.exit_code == 1
+
+
+def test_other_os_errors_are_not_mistaken_for_a_full_disk():
+    from types import SimpleNamespace
+
+    from normzoo.train import machine_failures
+
+    with pytest.raises(PermissionError), machine_failures(SimpleNamespace(global_step=0)):
+        raise PermissionError(errno.EACCES, "denied")

@@ -70,6 +70,9 @@ class TextDataModule(L.LightningDataModule):
         if stage in ("fit", None):
             self.dataset(data.train_split, training=True)
             self.dataset(data.valid_split)
+            # Scored only after training, but read now: a broken test file must stop the run
+            # before hours of training, not after.
+            self.dataset(data.test_split)
 
     def _loader(self, split: str, training: bool) -> DataLoader:
         dataset = self.dataset(split, training)
