@@ -6,6 +6,8 @@ decoder, whose cache holds the keys and values of the earlier ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
@@ -20,9 +22,18 @@ def max_target_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch
 
 @torch.no_grad()
 def greedy(
-    model: Seq2SeqModel, src: torch.Tensor, *, max_len_a: float = 1.2, max_len_b: int = 10
+    model: Seq2SeqModel,
+    src: torch.Tensor,
+    *,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    min_len: int = 0,
 ) -> list[list[int]]:
-    """Greedy translations of a padded source batch ``[B, S]``, as token ids without BOS/EOS."""
+    """Greedy translations of a padded source batch ``[B, S]``, as token ids without BOS/EOS.
+
+    ``min_len`` bans EOS until a hypothesis has that many tokens (fairseq's ``--min-len``);
+    the length limit still wins where it is shorter.
+    """
     model_was_training = model.training
     model.eval()
     try:
@@ -36,8 +47,7 @@ def greedy(
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
         for step in range(int(lengths.max())):
             logits = model.decode(token, memory, memory_mask, cache)[:, -1]
-            logits[:, PAD] = float("-inf")
-            logits[:, BOS] = float("-inf")
+            _ban_specials(logits, step, min_len)
             token = logits.argmax(dim=-1, keepdim=True)
             token[finished, 0] = PAD
             out[:, step] = token[:, 0]
@@ -47,6 +57,45 @@ def greedy(
         return [_strip(row) for row in out.tolist()]
     finally:
         model.train(model_was_training)
+
+
+def _ban_specials(scores: torch.Tensor, step: int, min_len: int) -> None:
+    """Never emit PAD or BOS; no EOS before ``min_len`` tokens (``step`` of them so far)."""
+    scores[:, PAD] = float("-inf")
+    scores[:, BOS] = float("-inf")
+    if step < min_len:
+        scores[:, EOS] = float("-inf")
+
+
+def _advance(
+    ranked: Iterable[tuple[float, int, int]],
+    k: int,
+    at_limit: bool,
+    prefixes: torch.Tensor,
+    finished: list[tuple[float, list[int]]],
+    lenpen: float,
+) -> list[tuple[float, int, int]]:
+    """One sentence's beam step over its ``2k`` best (score, beam, token) candidates, best
+    first: hypotheses that end here go to ``finished``; returns the (at most ``k``) live ones.
+    ``prefixes`` ``[k, step]`` holds the tokens of the sentence's beams so far.
+    """
+    live: list[tuple[float, int, int]] = []
+    for rank, (score, origin, token) in enumerate(ranked):
+        if score == float("-inf"):
+            break
+        if token == EOS and rank >= k:
+            continue  # as in fairseq: only an EOS within the top k ends a beam
+        if token == EOS or at_limit:
+            prefix = prefixes[origin].tolist()
+            hyp = prefix if token == EOS else [*prefix, token]
+            finished.append((score / (len(prefix) + 1) ** lenpen, hyp))
+            if len(finished) >= k:
+                break
+        elif len(live) < k:
+            live.append((score, origin, token))
+        if len(live) >= k and not at_limit:
+            break
+    return live
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -64,6 +113,7 @@ def beam_search(
     lenpen: float = 0.6,
     max_len_a: float = 1.2,
     max_len_b: int = 10,
+    min_len: int = 0,
 ) -> list[list[int]]:
     """Batched beam search with the key/value cache, as in fairseq.
 
@@ -71,6 +121,7 @@ def beam_search(
     (EOS included) divided by ``length ** lenpen``. A sentence is done once it has ``beam``
     finished hypotheses (or at its length limit, where the live beams are finished as they
     stand); the best finished one is returned. With ``beam=1`` this is exactly greedy search.
+    ``min_len`` bans EOS before that many tokens, as in :func:`greedy`.
     """
     model_was_training = model.training
     model.eval()
@@ -92,48 +143,34 @@ def beam_search(
         for step in range(int(lengths.max())):
             logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]
             logp = torch.log_softmax(logits.float(), dim=-1)
-            logp[:, PAD] = float("-inf")
-            logp[:, BOS] = float("-inf")
+            _ban_specials(logp, step, min_len)
             vocab = logp.shape[-1]
             candidates = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, -1)
             top_scores, top_index = candidates.topk(2 * k, dim=1)
-            origin, token = top_index // vocab, top_index % vocab
-            next_scores = torch.full((batch, k), float("-inf"), device=device)
-            next_origin = torch.zeros((batch, k), dtype=torch.long, device=device)
-            next_token = torch.full((batch, k), PAD, dtype=torch.long, device=device)
+            ranked = zip(top_scores.tolist(), (top_index // vocab).tolist(),
+                         (top_index % vocab).tolist(), strict=True)
             at_limit = (step + 1 >= lengths).tolist()
-            top_scores_l, origin_l, token_l = top_scores.tolist(), origin.tolist(), token.tolist()
-            for b in range(batch):
+            # Python lists, turned into tensors once per step: element-wise tensor writes
+            # cost a dispatch each, k of them per sentence and step.
+            live = [[(float("-inf"), 0, PAD)] * k for _ in range(batch)]
+            for b, (row_scores, row_origin, row_token) in enumerate(ranked):
                 if done[b]:
                     continue
-                slot = 0
-                ranked = zip(top_scores_l[b], origin_l[b], token_l[b], strict=True)
-                for rank, (s, o, t) in enumerate(ranked):
-                    if s == float("-inf"):
-                        break
-                    if t == EOS and rank >= k:
-                        continue  # as in fairseq: only an EOS within the top k ends a beam
-                    prefix = tokens[b * k + o, 1:].tolist()
-                    if t == EOS or at_limit[b]:
-                        hyp = prefix if t == EOS else [*prefix, t]
-                        finished[b].append((s / (len(prefix) + 1) ** lenpen, hyp))
-                        if len(finished[b]) >= k:
-                            break
-                    elif slot < k:
-                        next_scores[b, slot], next_origin[b, slot] = s, o
-                        next_token[b, slot] = t
-                        slot += 1
-                    if slot >= k and not at_limit[b]:
-                        break
-                if len(finished[b]) >= k or at_limit[b] or slot == 0:
+                chosen = _advance(
+                    zip(row_scores, row_origin, row_token, strict=True), k, at_limit[b],
+                    tokens[b * k : (b + 1) * k, 1:], finished[b], lenpen)
+                if len(finished[b]) >= k or at_limit[b] or not chosen:
                     done[b] = True
-                    next_scores[b] = float("-inf")
+                else:
+                    live[b][: len(chosen)] = chosen
             if all(done):
                 break
-            reorder = (base + next_origin).view(-1)
-            cache.reorder(reorder)
-            tokens = torch.cat([tokens[reorder], next_token.view(-1, 1)], dim=1)
-            scores = next_scores
+            picked = torch.tensor(live, dtype=torch.float64)  # [batch, k, (score, beam, token)]
+            scores = picked[..., 0].to(device, scores.dtype)
+            reorder = (base + picked[..., 1].long().to(device)).view(-1)
+            cache.reorder(reorder, cross=False)  # a sentence's beams share its encoder keys
+            next_token = picked[..., 2].long().to(device).view(-1, 1)
+            tokens = torch.cat([tokens[reorder], next_token], dim=1)
         return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
     finally:
         model.train(model_was_training)
@@ -184,8 +221,7 @@ def sample(
 
 def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
           generator: torch.Generator | None) -> torch.Tensor:
-    logits[:, PAD] = float("-inf")
-    logits[:, BOS] = float("-inf")
+    _ban_specials(logits, step=0, min_len=0)
     if temperature == 0:
         return logits.argmax(dim=-1)
     logits = logits / temperature

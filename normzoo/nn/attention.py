@@ -41,10 +41,16 @@ class KVCache:
         first = self.layers[0].self_k if self.layers else None
         return 0 if first is None else first.shape[2]
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (in that order), e.g. the surviving beams."""
+    def reorder(self, index: torch.Tensor, *, cross: bool = True) -> None:
+        """Keep batch rows ``index`` (in that order), e.g. the surviving beams.
+
+        ``cross=False`` leaves the cross-attention keys and values as they are: right when
+        ``index`` only permutes rows that hold the same source (the beams of one sentence),
+        and it saves copying them at every step.
+        """
+        names = ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v")
         for layer in self.layers:
-            for name in ("self_k", "self_v", "cross_k", "cross_v"):
+            for name in names:
                 value = getattr(layer, name)
                 if value is not None:
                     setattr(layer, name, value.index_select(0, index))

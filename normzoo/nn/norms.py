@@ -148,28 +148,49 @@ class MaskedBatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
-        if self.training:
-            flat = xf.reshape(-1, self.dim)
-            mask = current_padding_mask()
-            if mask is not None and mask.shape == x.shape[:-1]:
-                flat = flat[~mask.reshape(-1)]
-            if flat.shape[0] < 2:  # not enough real tokens for a variance
-                mean, var = self.running_mean, self.running_var
-            else:
-                mean = flat.mean(dim=0)
-                var = flat.var(dim=0, unbiased=False)
-                with torch.no_grad():
-                    count = flat.shape[0]
-                    unbiased = var * count / (count - 1)
-                    stats = ((self.running_mean, mean), (self.running_var, unbiased))
-                    for running, batch in stats:
-                        running.lerp_(batch.detach().to(running.dtype), self.momentum)
-        else:
-            mean, var = self.running_mean, self.running_var
-        y = (xf - mean) * torch.rsqrt(var + self.eps)
-        if self.weight is not None:
-            y = y * self.weight.float() + self.bias.float()
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        mask = current_padding_mask()
+        if mask is not None and mask.shape != x.shape[:-1]:
+            mask = None
+        fused = mask is None and self.running_mean.dtype == xf.dtype  # not a float64 model
+        if self.training and fused and xf.numel() >= 2 * self.dim:
+            # Nothing to leave out: PyTorch's fused kernel, as in nn.BatchNorm1d.
+            y = F.batch_norm(xf.reshape(-1, self.dim), self.running_mean, self.running_var,
+                             weight, bias, True, self.momentum, self.eps)
+            return y.reshape(x.shape).to(x.dtype)
+        mean, var = self.running_mean, self.running_var
+        keep = self._real_tokens(xf, mask) if self.training else None
+        count = 0 if keep is None else int(keep.sum())
+        if count >= 2:  # else too few real tokens for a variance: the running statistics
+            mean = (keep @ xf.reshape(-1, self.dim))[0] / count
+        centered = xf - mean
+        if count >= 2:
+            var = (keep @ centered.reshape(-1, self.dim).square())[0] / count
+            self._update_running_statistics(mean, var, count)
+        scale = torch.rsqrt(var + self.eps)  # weight folded in: one full-size product fewer
+        if weight is not None:
+            scale = scale * weight
+        y = centered * scale if bias is None else torch.addcmul(bias, centered, scale)
         return y.to(x.dtype)
+
+    @staticmethod
+    def _real_tokens(xf: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """A 0/1 row vector over the tokens: 1 for a real one.
+
+        Statistics become matrix-vector products with it, instead of gathering the real tokens
+        (whose backward is a slow scatter-add on the CPU).
+        """
+        if mask is None:
+            return xf.new_ones(1, xf.numel() // xf.shape[-1])
+        return (~mask).reshape(1, -1).to(xf.dtype)
+
+    @torch.no_grad()
+    def _update_running_statistics(self, mean: torch.Tensor, var: torch.Tensor,
+                                   count: int) -> None:
+        unbiased = var * count / (count - 1)
+        for running, batch in ((self.running_mean, mean), (self.running_var, unbiased)):
+            running.lerp_(batch.to(running.dtype), self.momentum)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, momentum={self.momentum}"

@@ -1,0 +1,114 @@
+"""What the benchmarks share: the machine description, timed repetitions, Markdown tables and
+writing a report (Markdown with a JSON twin beside it).
+
+A report must say what it was measured on, or its numbers can't be compared with anyone
+else's; so every report starts with the CPU, cores, threads, GPU and library versions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+VERSIONED = ("torch", "lightning", "transformers", "x-transformers", "normzoo")
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return platform.processor() or platform.machine()
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def gpu_name() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def device_slug() -> str:
+    """``cpu`` or the GPU's name as a file-name part (``nvidia-h100-80gb-hbm3``)."""
+    name = gpu_name()
+    return "cpu" if name is None else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def machine(threads: int) -> dict[str, Any]:
+    """Everything a reader needs to compare these numbers with their own."""
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "gpu": gpu_name(),
+        "python": platform.python_version(),
+        "versions": {name: package_version(name) for name in VERSIONED},
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def machine_lines(info: dict[str, Any]) -> list[str]:
+    versions = ", ".join(f"{name} {v}" for name, v in info["versions"].items())
+    return [
+        f"- CPU: {info['cpu']}, {info['cores']} cores, {info['threads']} torch threads",
+        f"- GPU: {info['gpu'] or 'none'}",
+        f"- Python {info['python']}; {versions}",
+        f"- Date: {info['date']}",
+    ]
+
+
+def timed(run: Callable[[], float], reps: int, warmup: int,
+          sync: Callable[[], None] = lambda: None) -> list[tuple[float, float]]:
+    """``(units, seconds)`` of each of ``reps`` calls of ``run`` after ``warmup`` untimed ones.
+
+    ``run`` returns how much work it did (tokens, sentences); ``sync`` waits for the device, so
+    an asynchronous GPU's work lands in the repetition that queued it.
+    """
+    for _ in range(warmup):
+        run()
+    sync()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        units = run()
+        sync()
+        samples.append((units, time.perf_counter() - start))
+    return samples
+
+
+def rate_summary(samples: Sequence[tuple[float, float]]) -> dict[str, float]:
+    """Median, min and max of units per second over the repetitions."""
+    rates = [units / seconds for units, seconds in samples]
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates)}
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def write_report(path: Path, lines: Sequence[str], data: dict[str, Any]) -> None:
+    """``path`` (Markdown) and the same name with ``.json``, the numbers behind the tables."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

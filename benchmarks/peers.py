@@ -1,0 +1,380 @@
+"""normzoo against its peers on one model size and the same batches: training tokens/s,
+decoding sentences/s (greedy and beam 5) and peak memory.
+
+    python benchmarks/peers.py [--size base|small|tiny] [--reps N] [--warmup N] [--threads N]
+                               [--data DIR] [--out PATH]
+
+Peers: x-transformers' XTransformer, Hugging Face's mBART (pre-LN) and a plain
+``torch.nn.Transformer(norm_first=True)`` loop for training; Hugging Face ``generate`` for
+decoding. The batches are real sentence pairs (Multi30k train from ``--data``, or normzoo's
+built-in corpus where that folder is missing), BPE-tokenized and packed by token budget once,
+then every framework steps through the same ones. Each measurement runs in its own process, so
+its peak memory is its own: peak RSS minus the RSS after imports and data (and on CUDA the peak
+of ``torch.cuda.max_memory_allocated``). Every figure is the median of ``--reps`` repetitions
+after ``--warmup`` untimed ones, and every ratio compares figures from the same run.
+Writes benchmarks/results/peers-<device>.md (and .json beside it) unless ``--out`` says where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from itertools import cycle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
+from common import (
+    MULTI30K,
+    RESULTS,
+    device_slug,
+    machine,
+    machine_lines,
+    rate_summary,
+    table,
+    timed,
+    write_report,
+)
+from frameworks import DECODERS, SIZES, TRAINERS, Size, TrainSetup
+
+SEARCHES = {"greedy": 1, "beam5": 5}
+JOBS = [("train", name) for name in TRAINERS] + [
+    (search, name) for search in SEARCHES for name in DECODERS]
+# Dense bf16 tensor-core peaks (no sparsity), from NVIDIA's data sheets; H200 is H100 SXM's chip.
+PEAK_BF16 = [("H200", 989e12, "H200 (same chip as H100 SXM)"), ("H100 PCIe", 756e12, "H100 PCIe"),
+             ("H100 NVL", 835e12, "H100 NVL"), ("H100", 989e12, "H100 SXM"),
+             ("A100", 312e12, "A100")]
+
+
+# -- data (parent process) -------------------------------------------------------------------
+
+
+def read_pairs(data_dir: Path, limit: int | None) -> tuple[list[str], list[str], str]:
+    """Multi30k train (En, De) when ``data_dir`` has it, else the built-in toy corpus."""
+    from normzoo.data import builtin
+    from normzoo.data.sources import parallel_files
+
+    if (data_dir / "train.en").is_file():
+        src, tgt = parallel_files(data_dir, "train", "en", "de")
+        name = f"Multi30k train ({data_dir})"
+    else:
+        pairs = builtin.generate("train", size=limit)
+        src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
+        name = "normzoo built-in corpus, train (Multi30k not found)"
+    return src[:limit], tgt[:limit], name
+
+
+def prepare_data(size: Size, data_dir: Path, train_batches: int) -> dict[str, Any]:
+    """Tokenize once and pack the training and decoding batches every worker will use."""
+    from normzoo.data.batching import token_budget_batches
+    from normzoo.data.examples import ParallelData
+    from normzoo.data.tokenizer import train_tokenizer
+
+    src, tgt, corpus = read_pairs(data_dir, size.pair_limit)
+    tokenizer = train_tokenizer(src + tgt, vocab_size=size.vocab_size)
+    data = ParallelData.build(tokenizer.encode_batch(src), tokenizer.encode_batch(tgt),
+                              max_len=128, drop_long=True)
+    packed = token_budget_batches(data.lengths(), size.max_tokens, seed=0)
+    train = [data.collate(items) for items in packed[:train_batches]]
+    n, step = size.decode_sentences, size.decode_batch
+    decode = [data.collate(list(range(i, min(i + step, n))))["src"] for i in range(0, n, step)]
+    return {"train": train, "decode": decode, "vocab_size": tokenizer.vocab_size,
+            "corpus": corpus, "pairs": len(data)}
+
+
+# -- measurements (worker processes) ---------------------------------------------------------
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def rss_baseline_mib() -> float:
+    """The RSS now, with the kernel's peak reset to it, so that the later peak counts from here.
+
+    Without the reset (not Linux) the peak so far is the baseline, and a measurement whose
+    memory stays under an earlier transient peak reads as 0.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, which ru_maxrss reports
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return peak_rss_mib()
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on a GPU; full float32 on the CPU, as normzoo trains there."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def train_step(setup: TrainSetup, batch: dict[str, Any], device: torch.device) -> float:
+    """One optimizer step; returns the batch's target tokens."""
+    setup.optimizer.zero_grad(set_to_none=True)
+    with autocast(device):
+        total, count = setup.loss_terms(batch)
+    (total / count.clamp(min=1)).backward()
+    setup.optimizer.step()
+    if setup.scheduler is not None:
+        setup.scheduler.step()
+    return batch["ntokens"]
+
+
+def measure_training(name: str, size: Size, data: dict, device: torch.device,
+                     reps: int, warmup: int) -> tuple[torch.nn.Module, list]:
+    setup = TRAINERS[name].build(size, data["vocab_size"])
+    setup.model.to(device).train()
+    batches = cycle(data["train"])
+    return setup.model, timed(lambda: train_step(setup, next(batches), device), reps, warmup,
+                              sync(device))
+
+
+def measure_decoding(name: str, beam: int, size: Size, data: dict, device: torch.device,
+                     reps: int, warmup: int) -> tuple[torch.nn.Module, list, int]:
+    model, decode = DECODERS[name].build(size, data["vocab_size"], beam)
+    model.to(device)
+    sources = data["decode"]
+    generated = []
+
+    def one_pass() -> float:
+        with torch.no_grad(), autocast(device):
+            generated.append(sum(decode(src) for src in sources))
+        return sum(src.shape[0] for src in sources)
+
+    return model, timed(one_pass, reps, warmup, sync(device)), generated[-1]
+
+
+def sync(device: torch.device) -> Callable[[], None]:
+    return torch.cuda.synchronize if device.type == "cuda" else lambda: None
+
+
+def run_worker(job: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One framework's measurement, in a process of its own."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = torch.load(args.batches, weights_only=True)
+    data["train"] = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()}
+                     for b in data["train"]]
+    data["decode"] = [src.to(device) for src in data["decode"]]
+    size = SIZES[args.size]
+    entry = (TRAINERS if job == "train" else DECODERS)[name]
+    importlib.import_module(entry.library)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    base_rss, base_cuda = rss_baseline_mib(), cuda_mib(device)
+    result: dict[str, Any] = {"job": job, "framework": name, "label": entry.label}
+    if job == "train":
+        model, samples = measure_training(name, size, data, device, args.reps, args.warmup)
+        result["unit"] = "target tokens/s"
+    else:
+        model, samples, generated = measure_decoding(name, SEARCHES[job], size, data, device,
+                                                     args.reps, args.warmup)
+        result.update(unit="sentences/s", generated_tokens=generated)
+    result.update(params=sum(p.numel() for p in model.parameters()), samples=samples,
+                  rate=rate_summary(samples), peak_rss_mib=peak_rss_mib() - base_rss)
+    if device.type == "cuda":
+        result["cuda_peak_mib"] = cuda_mib(device) - base_cuda
+    return result
+
+
+def cuda_mib(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else 0.0
+
+
+# -- orchestration and report (parent process) -----------------------------------------------
+
+
+def run_job(job: str, name: str, args: argparse.Namespace, batches: Path) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; a failure becomes a row with its error."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        result_path = Path(f.name)
+    command = [sys.executable, __file__, "--worker", job, name, "--batches", str(batches),
+               "--result", str(result_path), "--size", args.size, "--reps", str(args.reps),
+               "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    print(f"{job:>6}  {name} ...", flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        if done.returncode != 0:
+            return {"job": job, "framework": name, "error": done.stderr.strip()[-2000:]}
+        return json.loads(result_path.read_text())
+    finally:
+        result_path.unlink(missing_ok=True)
+
+
+def peak_flops() -> tuple[float, str] | None:
+    """The GPU's dense bf16 peak, looked up from its name, and which entry matched."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    return next(((flops, label) for key, flops, label in PEAK_BF16 if key in name), None)
+
+
+def add_ratios(results: list[dict[str, Any]]) -> None:
+    """normzoo's median over each row's median, for rows of the same job."""
+    ours = {r["job"]: r["rate"]["median"] for r in results
+            if r["framework"] == "normzoo" and "rate" in r}
+    for r in results:
+        if "rate" in r and r["job"] in ours:
+            r["normzoo_over_this"] = ours[r["job"]] / r["rate"]["median"]
+
+
+def add_mfu(results: list[dict[str, Any]], peak: tuple[float, str] | None) -> None:
+    """Model FLOPs utilisation 6 * params * target tokens/s over the GPU's bf16 peak."""
+    if peak is None:
+        return
+    for r in results:
+        if r["job"] == "train" and "rate" in r:
+            r["mfu"] = 6 * r["params"] * r["rate"]["median"] / peak[0]
+
+
+def ratio_text(row: dict[str, Any]) -> str:
+    return f"{row['normzoo_over_this']:.2f}" if "normzoo_over_this" in row else "n/a"
+
+
+def training_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
+    rows = []
+    for r in results:
+        if r["job"] != "train":
+            continue
+        if "error" in r:
+            rows.append([r["framework"], "failed", "", "", "", ""] + ["", ""] * gpu)
+            continue
+        rate = r["rate"]
+        row = [r["label"], f"{r['params'] / 1e6:.2f} M", f"{rate['median']:,.0f}",
+               f"{rate['min']:,.0f}–{rate['max']:,.0f}", ratio_text(r), f"{r['peak_rss_mib']:,.0f}"]
+        if gpu:
+            row += [f"{r['cuda_peak_mib']:,.0f}", f"{100 * r.get('mfu', float('nan')):.1f}%"]
+        rows.append(row)
+    return rows
+
+
+def decoding_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
+    rows = []
+    for r in results:
+        if r["job"] == "train":
+            continue
+        if "error" in r:
+            rows.append([r["job"], r["framework"], "failed", "", "", "", ""] + [""] * gpu)
+            continue
+        rate = r["rate"]
+        row = [r["job"], r["label"], f"{rate['median']:,.2f}",
+               f"{rate['min']:,.2f}–{rate['max']:,.2f}", ratio_text(r),
+               f"{r['generated_tokens']:,}", f"{r['peak_rss_mib']:,.0f}"]
+        if gpu:
+            row.append(f"{r['cuda_peak_mib']:,.0f}")
+        rows.append(row)
+    return rows
+
+
+def report(args: argparse.Namespace, data: dict, results: list[dict[str, Any]],
+           info: dict[str, Any]) -> list[str]:
+    size = SIZES[args.size]
+    gpu = torch.cuda.is_available()
+    peak = peak_flops()
+    tokens = [b["ntokens"] for b in data["train"]]
+    lines = [f"# normzoo vs peers: training and decoding speed ({args.size} size, "
+             f"{device_slug()})", "", "Command: `python benchmarks/peers.py --size "
+             f"{args.size} --reps {args.reps} --warmup {args.warmup} --threads {args.threads}`",
+             "", *machine_lines(info), "",
+             f"Model: encoder–decoder, d_model {size.d_model}, {size.heads} heads, FFN "
+             f"{size.ffn_dim} (ReLU), {size.layers}+{size.layers} layers, Pre-LN with final "
+             f"norms, dropout {size.dropout}, joint BPE vocabulary of {data['vocab_size']}, "
+             "shared embeddings tied to the output projection. "
+             + ("bf16 autocast." if gpu else "float32."), "",
+             f"Data: {data['corpus']}, {data['pairs']:,} pairs; {len(data['train'])} "
+             f"token-budget batches of at most {size.max_tokens:,} tokens (padding included; "
+             f"{min(tokens):,}–{max(tokens):,} target tokens each), cycled in the same order "
+             "for every framework.", "",
+             "## Training: one optimizer step", "",
+             "Forward, label-smoothed (0.1) cross-entropy over the target tokens, backward, "
+             f"AdamW. Median over {args.reps} steps after {args.warmup} warm-up steps; the "
+             "range is min–max. Memory: peak RSS of the measuring process minus its RSS after "
+             "imports and data.", ""]
+    header = ["framework", "parameters", "target tokens/s", "range", "normzoo / this",
+              "peak RSS MiB"] + (["CUDA peak MiB", "MFU"] if gpu else [])
+    lines += table(header, training_rows(results, gpu))
+    if peak is not None:
+        lines += ["", f"MFU = 6 × parameters × target tokens/s over {peak[0] / 1e12:.0f} "
+                  f"TFLOP/s, the dense bf16 peak of the {peak[1]}; it leaves out the encoder's "
+                  "source tokens and attention, so it understates the true utilisation."]
+    lines += ["", "## Decoding", "",
+              f"{size.decode_sentences} source sentences in batches of {size.decode_batch}, "
+              f"exactly {size.decode_len} tokens generated per sentence on both sides "
+              "(normzoo: `min_len` = length limit; Hugging Face: `min_new_tokens` = "
+              "`max_new_tokens`), so both do the same number of decoder steps on random-init "
+              "weights. Median over passes over all sentences.", ""]
+    header = ["search", "framework", "sentences/s", "range", "normzoo / this",
+              "generated tokens", "peak RSS MiB"] + (["CUDA peak MiB"] if gpu else [])
+    lines += table(header, decoding_rows(results, gpu))
+    lines += ["", "## How each peer is configured", "",
+              "- x-transformers: `XTransformer` with `attn_flash=True` (SDPA), ReLU FFN, "
+              "embedding and sublayer dropout; no biases in attention and LayerNorms without a "
+              "bias (its defaults); learned absolute positions; output projection tied by hand "
+              "(`XTransformer` does not pass `tie_embedding` on).",
+              "- Hugging Face: `MBartForConditionalGeneration` (mBART is BART with Pre-LN and "
+              "final LayerNorms, plus a LayerNorm after the embeddings), SDPA attention, "
+              "learned positions, `scale_embedding=True`; `generate` suppresses PAD and BOS as "
+              "normzoo does.",
+              "- torch: `nn.Transformer(norm_first=True, batch_first=True)` (final norms "
+              "included), scaled embeddings plus learned positions, tied output.",
+              "- normzoo: `ModelConfig(residual=pre, norm=layernorm)`, sinusoidal positions, "
+              "fused QKV, trained through `TranslationTask.training_terms` and normzoo's own "
+              "AdamW (`normzoo.optim`), outside Lightning."]
+    return lines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="base")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--data", type=Path, default=MULTI30K)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--worker", nargs=2, metavar=("JOB", "FRAMEWORK"), help=argparse.SUPPRESS)
+    parser.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        result = run_worker(*args.worker, args)
+        args.result.write_text(json.dumps(result), encoding="utf-8")
+        return 0
+    torch.set_num_threads(args.threads)
+    data = prepare_data(SIZES[args.size], args.data, args.reps + args.warmup)
+    with tempfile.TemporaryDirectory() as tmp:
+        batches = Path(tmp) / "batches.pt"
+        torch.save(data, batches)
+        results = [run_job(job, name, args, batches) for job, name in JOBS]
+    add_ratios(results)
+    add_mfu(results, peak_flops())
+    info = machine(args.threads)
+    lines = report(args, data, results, info)
+    out = args.out or RESULTS / f"peers-{device_slug()}.md"
+    write_report(out, lines, {"machine": info, "size": args.size, "reps": args.reps,
+                              "warmup": args.warmup, "corpus": data["corpus"],
+                              "results": results})
+    print("\n".join(lines))
+    failed = [f"{r['job']}/{r['framework']}: {r['error']}" for r in results if "error" in r]
+    for failure in failed:
+        print(f"\nFAILED {failure}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The benchmark commands run on their tiny configurations and write complete reports.
+
+Only that they run and report finite positive numbers for every framework: no timing
+assertions (speed depends on the machine, and the test suite is no benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+from frameworks import DECODERS, TRAINERS  # noqa: E402
+from norms import CASES  # noqa: E402
+from peers import SEARCHES  # noqa: E402
+from quality import RECIPES  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def run(script: str, out: Path, *args: str) -> tuple[str, dict]:
+    """Run ``benchmarks/script`` on one thread; its Markdown report and the JSON beside it."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NORMZOO_CACHE": str(out.parent / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--threads", "1", "--out", str(out), *args],
+        capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out.read_text(encoding="utf-8"), json.loads(out.with_suffix(".json").read_text())
+
+
+def positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def test_peers_measures_every_framework(tmp_path: Path):
+    markdown, data = run("peers.py", tmp_path / "peers.md", "--size", "tiny", "--reps", "2",
+                         "--warmup", "1")
+    rows = {(r["job"], r["framework"]): r for r in data["results"]}
+    expected = [("train", name) for name in TRAINERS]
+    expected += [(search, name) for search in SEARCHES for name in DECODERS]
+    assert sorted(rows) == sorted(expected)
+    for row in rows.values():
+        assert "error" not in row, row.get("error")
+        assert positive(row["rate"]["median"]) and positive(row["normzoo_over_this"])
+        assert positive(row["params"]) and len(row["samples"]) == 2
+        assert math.isfinite(row["peak_rss_mib"]) and row["peak_rss_mib"] >= 0
+        assert row["label"] in markdown
+    for search in SEARCHES:  # the same work on both sides: every sentence gets the same length
+        generated = {rows[search, name]["generated_tokens"] for name in DECODERS}
+        assert len(generated) == 1 and positive(generated.pop())
+    assert data["machine"]["threads"] == 1 and "Decoding" in markdown
+
+
+def test_norms_compares_every_norm_with_plain_pytorch(tmp_path: Path):
+    markdown, data = run("norms.py", tmp_path / "norms.md", "--size", "tiny", "--reps", "2",
+                         "--calls", "2")
+    assert len(data["results"]) == len(CASES)
+    for row, (name, _) in zip(data["results"], CASES, strict=True):
+        assert row["norm"].startswith(name) and f"| {row['norm']} |" in markdown
+        assert positive(row["normzoo_us"]) and positive(row["plain_us"])
+        assert row["max_abs_difference"] < 1e-4  # the "equivalent" computes the same thing
+
+
+def test_quality_trains_every_recipe_within_its_budget(tmp_path: Path):
+    markdown, data = run("quality.py", tmp_path / "quality.md", "--tiny", "--budget-min", "2")
+    assert [r["scheme"] for r in data["results"]] == list(RECIPES)
+    for row in data["results"]:
+        summary = row["summary"]
+        assert summary["steps"] == 20 and positive(row["cpu_s"])
+        assert math.isfinite(summary["test"]["bleu"]) and summary["test"]["bleu"] >= 0
+        assert f"`{row['recipe']}`" in markdown
