@@ -1,7 +1,8 @@
-"""Run the ``normzoo`` CLI and kill it with SIGKILL at a chosen point, as pre-emption would.
+"""Run the ``normzoo`` CLI and make it fail at a chosen point, as a real machine would.
 
-    python tests/crash.py step N  normzoo-args...   # killed as training step N is about to run
-    python tests/crash.py write N normzoo-args...   # killed half-way through the N-th checkpoint
+    python tests/crash.py step N   normzoo-args...  # SIGKILL as training step N is about to run
+    python tests/crash.py write N  normzoo-args...  # SIGKILL half-way through the N-th checkpoint
+    python tests/crash.py enospc N normzoo-args...  # the disk is full at the N-th last.ckpt write
 
 SIGKILL gives the process no chance to clean up: whatever is on disk at that moment is what a
 resume has to cope with. Used by tests/test_resume.py.
@@ -9,11 +10,13 @@ resume has to cope with. Used by tests/test_resume.py.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import signal
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def kill_now() -> None:
@@ -63,9 +66,25 @@ def kill_inside_checkpoint_write(nth: int) -> None:
     atomic.atomic_write = half_write_then_die
 
 
+def disk_full_at_last_checkpoint(nth: int) -> None:
+    from normzoo import atomic
+
+    fsync, writes = os.fsync, {"last": 0}
+
+    def fsync_or_full(fd: int) -> None:  # where the kernel reports ENOSPC for buffered writes
+        if ".last.ckpt.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            writes["last"] += 1
+            if writes["last"] == nth:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        fsync(fd)
+
+    atomic.os = SimpleNamespace(**{**vars(os), "fsync": fsync_or_full})
+
+
 if __name__ == "__main__":
     mode, at, *args = sys.argv[1:]
-    {"step": kill_before_step, "write": kill_inside_checkpoint_write}[mode](int(at))
+    {"step": kill_before_step, "write": kill_inside_checkpoint_write,
+     "enospc": disk_full_at_last_checkpoint}[mode](int(at))
     from normzoo.cli import main
 
     sys.argv = ["normzoo", *args]
