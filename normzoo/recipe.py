@@ -134,10 +134,11 @@ class TrainerConfig(_Section):
         description="most recent step-N.ckpt kept (one per validation), for export --average",
     )
     progress_bar: bool = True
-    compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = Field(
-        default="off",
-        description="torch.compile the model's forward with this mode (opt-in: compiling "
-        "takes minutes and pays off only on long runs)",
+    # A bool as well as the modes: YAML reads a bare `off`/`on` as false/true.
+    compile: bool | Literal["default", "reduce-overhead", "max-autotune"] = Field(
+        default=False,
+        description="torch.compile the model's forward: true (= 'default') or a mode "
+        "(opt-in: compiling takes minutes and pays off only on long runs)",
     )
 
     @field_validator("max_time")

@@ -16,23 +16,24 @@ RECIPE = {
 }
 
 
-def task(compile_mode: str) -> TranslationTask:
+def task(compile_mode: bool | str) -> TranslationTask:
     recipe = from_dict({**RECIPE, "trainer": {"compile": compile_mode}}).to_dict()
     torch.manual_seed(0)
     return TranslationTask(recipe, vocab_size=50)
 
 
 def test_compile_is_off_by_default_and_compiles_in_place_when_asked():
-    assert task("off").model._compiled_call_impl is None
+    assert task(False).model._compiled_call_impl is None
+    assert task(True).model._compiled_call_impl is not None
     compiled = task("default")
     assert compiled.model._compiled_call_impl is not None
     # In place: the weights keep their names, so checkpoints load into an eager model.
-    assert compiled.model.state_dict().keys() == task("off").model.state_dict().keys()
+    assert compiled.model.state_dict().keys() == task(False).model.state_dict().keys()
 
 
 @pytest.mark.slow
 def test_the_compiled_model_computes_what_the_eager_one_does():
-    eager, compiled = task("off"), task("default")
+    eager, compiled = task(False), task("default")
     compiled.model.load_state_dict(eager.model.state_dict())
     for shape in ((3, 7, 5), (2, 9, 6)):  # dynamic shapes: a new batch shape, no recompile error
         src = torch.randint(4, 50, shape[:2])

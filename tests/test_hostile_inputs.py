@@ -189,6 +189,7 @@ BAD_TYPED = {  # values of the wrong type, by the kind of a leaf
     "literal": ["nope", 5, True, [], {"a": 1}],
     "tuple": ["x", 5, {"a": 1}, [0.5], [0.5, 0.5, 0.5], ["x", 0.5]],
     "devices": ["two", 1.5, [1], {"a": 1}, None],
+    "compile": ["fast", 2, 0.5, [True], {"a": 1}, None],
 }
 
 
@@ -198,14 +199,14 @@ def _kind(leaf: Leaf) -> Any:
         return "literal"
     if get_origin(base) is tuple:
         return "tuple"
-    if get_origin(base) in (Union, types.UnionType):
-        return "devices"  # int | "auto", the one union
+    if get_origin(base) in (Union, types.UnionType):  # the two unions
+        return "compile" if leaf.path == "trainer.compile" else "devices"
     return base
 
 
 def wrong_types(leaf: Leaf) -> list[Any]:
     values = list(BAD_TYPED[_kind(leaf)])
-    if not leaf.optional and _kind(leaf) != "devices":
+    if not leaf.optional and _kind(leaf) not in ("devices", "compile"):
         values.append(None)
     return values
 
@@ -241,6 +242,8 @@ SPECIAL_VALID = {
     "trainer.max_time": st.builds("{:02d}:{:02d}:{:02d}:{:02d}".format, *(
         [st.integers(0, 99)] * 4)),
     "trainer.devices": st.one_of(st.just("auto"), st.just(-1), st.integers(1, 64)),
+    "trainer.compile": st.sampled_from([True, False, "default", "reduce-overhead",
+                                        "max-autotune"]),
 }
 
 

@@ -114,6 +114,54 @@ def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> Non
     (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def _loss_points(run_dir: Path) -> list[tuple[int, float]]:
+    path = run_dir / "logs" / "csv" / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return [(int(r["step"]), float(r["train/loss"])) for r in csv.DictReader(f)
+                if r.get("train/loss")]
+
+
+def _combo(row: dict[str, Any], keys: list[str]) -> str:
+    return " ".join(f"{label(k)}={row[k]}" for k in keys)
+
+
+def plot_loss_curves(rows: list[dict[str, Any]], keys: list[str], out: Path, plt) -> None:
+    """One panel per setting of the other axes (rows: the second axis, columns: the rest), one
+    line per value of the first axis in the same colour everywhere: the comparison the sweep
+    is for (e.g. post vs pre vs deepnorm) sits within a panel."""
+    line_key, row_keys, col_keys = keys[0], keys[1:2], keys[2:]
+    lines = list(dict.fromkeys(r[line_key] for r in rows))
+    panel_rows = list(dict.fromkeys(_combo(r, row_keys) for r in rows))
+    panel_cols = list(dict.fromkeys(_combo(r, col_keys) for r in rows))
+    fig, axes = plt.subplots(len(panel_rows), len(panel_cols), squeeze=False, sharex=True,
+                             sharey=True, figsize=(1 + 4 * len(panel_cols),
+                                                   0.8 + 2.8 * len(panel_rows)))
+    for row in rows:
+        points = _loss_points(out / row["cell"])
+        if not points:
+            continue
+        ax = axes[panel_rows.index(_combo(row, row_keys)), panel_cols.index(_combo(row, col_keys))]
+        diverged = row["status"] == "diverged"
+        ax.plot(*zip(*points, strict=True), "--" if diverged else "-",
+                color=f"C{lines.index(row[line_key])}",
+                label=f"{row[line_key]}" + (" (diverged)" if diverged else ""))
+    for (i, name), (j, col) in itertools.product(enumerate(panel_rows), enumerate(panel_cols)):
+        ax = axes[i, j]
+        ax.set_title(" ".join(t for t in (name, col) if t) or "all", fontsize=9)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, title=label(line_key), title_fontsize=7)
+        if i == len(panel_rows) - 1:
+            ax.set_xlabel("step")
+        if j == 0:
+            ax.set_ylabel("training loss")
+    fig.tight_layout()
+    fig.savefig(out / "loss_curves.png", dpi=110)
+    plt.close(fig)
+
+
 def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
     """Loss curves of every cell, and a map of final loss (× where the cell diverged)."""
     import matplotlib
@@ -121,48 +169,41 @@ def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for row in rows:
-        path = out / row["cell"] / "logs" / "csv" / "metrics.csv"
-        if not path.is_file():
-            continue
-        with open(path, newline="", encoding="utf-8") as f:
-            points = [(int(r["step"]), float(r["train/loss"])) for r in csv.DictReader(f)
-                      if r.get("train/loss")]
-        if points:
-            style = "--" if row["status"] == "diverged" else "-"
-            ax.plot(*zip(*points, strict=True), style, label=row["cell"])
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "loss_curves.png", dpi=110)
-    plt.close(fig)
+    plot_loss_curves(rows, keys, out, plt)
+    plot_stability_map(rows, keys, out, plt)
 
+
+def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path, plt) -> None:
+    """Every cell on a grid (columns: the last axis), coloured by its final training loss from
+    green (lowest of the sweep) to red (highest), a red × where it diverged; the task metric
+    under it. A run that stalls on a plateau shows as red without diverging."""
     x_key, y_keys = keys[-1], keys[:-1]
     xs = list(dict.fromkeys(r[x_key] for r in rows))
-    ys = list(dict.fromkeys(" ".join(f"{label(k)}={r[k]}" for k in y_keys) or "all"
-                            for r in rows))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(xs), 1.2 + 0.5 * len(ys)))
+    ys = list(dict.fromkeys(_combo(r, y_keys) or "all" for r in rows))
+    losses = [r["final_train_loss"] for r in rows
+              if r["status"] != "diverged" and r["final_train_loss"] is not None]
+    low, high = (min(losses), max(losses)) if losses else (0.0, 1.0)
+    colours = plt.get_cmap("RdYlGn_r")
+    fig, ax = plt.subplots(figsize=(4 + 1.8 * len(xs), 1.4 + 0.55 * len(ys)))
     for row in rows:
-        x = xs.index(row[x_key])
-        y = ys.index(" ".join(f"{label(k)}={row[k]}" for k in y_keys) or "all")
+        x, y = xs.index(row[x_key]), ys.index(_combo(row, y_keys) or "all")
+        loss = row["final_train_loss"]
         if row["status"] == "diverged":
             ax.scatter(x, y, marker="x", s=200, color="red")
-            ax.annotate(f"diverged @ {row['diverged_at_step']}", (x, y), fontsize=7,
-                        ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
+            text = f"diverged @ {row['diverged_at_step']}"
         else:
-            loss = row["final_train_loss"]
-            ax.scatter(x, y, s=200, color="tab:green")
-            ax.annotate(f"loss {loss:.3g}" if loss is not None else "", (x, y), fontsize=7,
-                        ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
-    ax.set_xticks(range(len(xs)), [f"{label(x_key)}={x}" for x in xs])
-    ax.set_yticks(range(len(ys)), ys)
-    ax.set_xlim(-0.7, len(xs) - 0.3)
+            shade = (loss - low) / (high - low) if loss is not None and high > low else 0.0
+            ax.scatter(x, y, s=260, color=colours(shade), edgecolors="black", linewidths=0.5)
+            text = f"loss {loss:.3g}" if loss is not None else ""
+            if row.get("metric_value") not in (None, ""):
+                text += f"\n{row['metric'].split('/')[-1]} {float(row['metric_value']):.3g}"
+        ax.annotate(text, (x, y), fontsize=7, ha="left", va="center", xytext=(10, 0),
+                    textcoords="offset points")
+    ax.set_xticks(range(len(xs)), [f"{label(x_key)}\n= {x}" for x in xs], fontsize=8)
+    ax.set_yticks(range(len(ys)), ys, fontsize=8)
+    ax.set_xlim(-0.5, len(xs) - 0.2)
     ax.set_ylim(-0.7, len(ys) - 0.3)
-    ax.set_title("stability map (final training loss)")
+    ax.set_title("final training loss (green low, red high)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "stability_map.png", dpi=110)
     plt.close(fig)

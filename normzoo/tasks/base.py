@@ -28,10 +28,10 @@ class NormzooTask(L.LightningModule):
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.recipe: Recipe = from_dict(recipe, check_registry=False)
         self.model = assemble(self.recipe.model, vocab_size=vocab_size)
-        if self.recipe.trainer.compile != "off":
+        if mode := self.recipe.trainer.compile:
             # In place, so checkpoint keys stay unprefixed; dynamic, because token-budget
             # batches change shape every step. Decoding calls encode/decode, left eager.
-            self.model.compile(mode=self.recipe.trainer.compile, dynamic=True)
+            self.model.compile(mode="default" if mode is True else mode, dynamic=True)
         self.tokenizer_json = tokenizer_json
         self._last_step_time: float | None = None
         self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
