@@ -79,7 +79,10 @@ def token_loss_terms(logits: torch.Tensor,
 
 
 def adamw(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=0.0)
+    # The multi-tensor AdamW, as normzoo.optim uses: the comparison is of models, not of
+    # optimizer implementations.
+    return torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=0.0,
+                             foreach=True)
 
 
 def _peer_setup(model: nn.Module, logits: Callable[[nn.Module, Batch], torch.Tensor]) -> TrainSetup:

@@ -328,10 +328,13 @@ def report(args: argparse.Namespace, data: dict, results: list[dict[str, Any]],
               "learned positions, `scale_embedding=True`; `generate` suppresses PAD and BOS as "
               "normzoo does.",
               "- torch: `nn.Transformer(norm_first=True, batch_first=True)` (final norms "
-              "included), scaled embeddings plus learned positions, tied output.",
+              "included), scaled embeddings plus learned positions, tied output; its "
+              "`dropout` also drops attention weights and FFN activations, which the others "
+              "leave alone (PyTorch offers no way to turn that off alone).",
               "- normzoo: `ModelConfig(residual=pre, norm=layernorm)`, sinusoidal positions, "
               "fused QKV, trained through `TranslationTask.training_terms` and normzoo's own "
-              "AdamW (`normzoo.optim`), outside Lightning."]
+              "AdamW (`normzoo.optim`), outside Lightning.",
+              "- Every framework steps the multi-tensor AdamW (`foreach=True`)."]
     return lines
 
 

@@ -96,7 +96,7 @@ def save_checkpoint_atomically(checkpoint: dict[str, Any], path: str | Path) -> 
     atomic_write(path, lambda f: f.write(buffer.getbuffer()), "checkpoint")
 
 
-def checkpoint_io():
+def checkpoint_io() -> Any:
     """Lightning CheckpointIO whose saves go through :func:`save_checkpoint_atomically`."""
     from lightning.pytorch.plugins.io import TorchCheckpointIO
 

@@ -147,7 +147,8 @@ def _damaged(source: str, what: str) -> CheckpointError:
                            "(edited, or cut short?)")
 
 
-def _tokenizer(text: Any, source: str) -> Tokenizer:
+def checkpoint_tokenizer(text: Any, source: str) -> Tokenizer:
+    """The tokenizer saved (as JSON text) in a checkpoint; a clean error if it is damaged."""
     if not isinstance(text, str):
         raise _damaged(source, "its tokenizer is missing or not text")
     try:
@@ -191,7 +192,7 @@ def load_checkpoint(path: str | Path) -> Loaded:
     """A model from a Lightning checkpoint written by ``normzoo train``."""
     path = Path(path)
     meta, state = checkpoint_parts(read_checkpoint(path), str(path))
-    tokenizer = _tokenizer(meta.get("tokenizer"), str(path))
+    tokenizer = checkpoint_tokenizer(meta.get("tokenizer"), str(path))
     plugins = meta.get("plugins", [])
     recipe, model = _rebuild(meta["recipe"], tokenizer.vocab_size, plugins, str(path))
     load_state(model, state, str(path))
@@ -217,6 +218,7 @@ def _misfit(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
 
 
 def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load ``state`` into ``model`` strictly; a misfit names the missing/unexpected weights."""
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:

@@ -15,11 +15,13 @@ import torch
 
 
 def capture() -> dict[str, Any]:
-    """This process's generator states: torch (CPU and every CUDA device), Python, NumPy."""
+    """This process's generator states: torch (CPU and its current CUDA device), Python, NumPy."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        # This process's own device only: a resume on a machine with fewer GPUs per process
+        # must still find the state it needs.
+        "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else [],
         "python": random.getstate(),
         "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
     }
@@ -29,7 +31,7 @@ def restore(state: dict[str, Any]) -> None:
     """Put back the generator states :func:`capture` returned."""
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"][0])
     random.setstate(_as_tuples(state["python"]))
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))

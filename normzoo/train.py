@@ -26,6 +26,7 @@ from typing import Any
 
 from normzoo.atomic import atomic_write_text, checkpoint_io, remove_stale_temporaries
 from normzoo.errors import NormzooError, RuntimeFailure
+from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
 
 TASKS = {
@@ -227,14 +228,21 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> None:
     Loading it anyway would fail deep inside ``load_state_dict`` with a shape mismatch, or worse,
     succeed and silently continue a different experiment.
     """
-    theirs = saved.get("normzoo", {}).get("recipe")
-    if not isinstance(theirs, dict) or "loops" not in saved:
+    meta = saved.get("normzoo") if isinstance(saved, dict) else None
+    theirs = meta.get("recipe") if isinstance(meta, dict) else None
+    if (not isinstance(theirs, dict) or "loops" not in saved
+            or not isinstance(saved.get("global_step"), int)):
         raise ResumeError(f"{path} is not a normzoo training checkpoint (no recipe or loop "
                           "state in it); resume from a run's checkpoints/*.ckpt")
     ours = recipe.to_dict()
     differences = [f"task: checkpoint {theirs.get('task')!r}, recipe {ours['task']!r}"] \
         if theirs.get("task") != ours["task"] else []
-    their_model, our_model = theirs.get("model", {}), ours["model"]
+    their_model, our_model = theirs.get("model"), ours["model"]
+    if not isinstance(their_model, dict):
+        raise ResumeError(f"{path} is damaged: its recipe has no model section")
+    # Compared with defaults filled in: a key added to normzoo since the checkpoint was written
+    # is not a difference when the checkpoint's model had the default.
+    their_model = {**ModelConfig().model_dump(mode="json"), **their_model}
     for key in sorted(set(their_model) | set(our_model)):
         if their_model.get(key) != our_model.get(key):
             differences.append(f"model.{key}: checkpoint {their_model.get(key)!r}, "
@@ -257,7 +265,10 @@ def discard_abandoned_work(checkpoint_dir: Path, resumed_step: int) -> None:
     for path in checkpoint_dir.glob("*.ckpt"):
         match = STEP_FILE.match(path.name)
         if match and int(match.group(1)) > resumed_step:
-            path.unlink()
+            if path.is_dir():  # an FSDP sharded checkpoint
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
 
 def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str | None,
@@ -268,22 +279,27 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     ``--resume auto`` is crash recovery: checkpoints after the resumed step are discarded as the
     run redoes them. With an explicit path they are left alone (the user may be branching).
     """
-    from normzoo.checkpoint import read_checkpoint
+    from normzoo.checkpoint import checkpoint_parts, checkpoint_tokenizer, read_checkpoint
 
-    saved = read_checkpoint(ckpt_path)  # weights only: a crafted file runs no code
+    # Weights only: a crafted file runs no code. FSDP's sharded checkpoints are folders whose
+    # metadata is in meta.pt.
+    sharded = ckpt_path.is_dir()
+    saved = read_checkpoint(ckpt_path / "meta.pt" if sharded else ckpt_path)
+    if not sharded:
+        checkpoint_parts(saved, str(ckpt_path))  # a clean error for a damaged file
     check_resumable(saved, recipe, ckpt_path)
-    step = int(saved.get("global_step", 0))
-    tokenizer = saved["normzoo"].get("tokenizer", "")
+    tokenizer = checkpoint_tokenizer(saved["normzoo"].get("tokenizer"), str(ckpt_path))
+    step = saved["global_step"]
     if rank == 0:
         if resume == "auto":
             discard_abandoned_work(run_dir / "checkpoints", step)
         else:
             remove_stale_temporaries(run_dir / "checkpoints")
-    return step, tokenizer
+    return step, tokenizer.to_str()
 
 
 @contextlib.contextmanager
-def machine_failures(trainer) -> Iterator[None]:
+def machine_failures(trainer: Any) -> Iterator[None]:
     """Turn the machine running out of memory or disk into a :class:`RuntimeFailure` (exit 1)
     that says what to do, instead of a traceback from deep inside torch."""
     import torch
@@ -305,8 +321,13 @@ def machine_failures(trainer) -> Iterator[None]:
 
 
 def _trim_history(rows: list[dict[str, str]], resumed_step: int) -> list[dict[str, str]]:
-    """The logged rows up to the checkpoint; rows after it are redone by the resumed run."""
-    return [row for row in rows if not row.get("step") or int(row["step"]) < resumed_step]
+    """The logged rows up to the checkpoint, each once; rows after it are redone by the resumed
+    run (a row can appear twice if a process died before Lightning replaced metrics.csv)."""
+    kept = {}
+    for row in rows:
+        if not row.get("step") or int(row["step"]) < resumed_step:
+            kept.setdefault(tuple(sorted((k, v) for k, v in row.items() if v)), row)
+    return list(kept.values())
 
 
 def run(
@@ -356,12 +377,19 @@ def run(
         task.valid_references = data.references[recipe.data.valid_split]
 
     metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
-    history = (_trim_history(read_metrics(metrics_file), resumed_step)
-               if ckpt_path is not None and rank == 0 else [])
+    # Lightning's CSV logger starts metrics.csv afresh: the earlier rows wait in a file of their
+    # own until the run ends, so that a second crash loses none of them either.
+    earlier = metrics_file.with_name("metrics.before-resume.csv")
+    history = []
+    if ckpt_path is not None and rank == 0:
+        history = _trim_history(read_metrics(earlier) + read_metrics(metrics_file), resumed_step)
+        if history:
+            write_metrics(earlier, history)
     with machine_failures(trainer):
         trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-    if history:  # Lightning's CSV logger starts the file afresh: keep the earlier rows
+    if history:
         write_metrics(metrics_file, history + read_metrics(metrics_file))
+        earlier.unlink()
     # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
     trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     if recipe.task != "translation":  # trainer.validate is collective: every rank takes part

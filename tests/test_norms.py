@@ -328,3 +328,18 @@ def test_a_model_reports_bad_norm_options():
         assemble({**BN_MODEL, "norm": {"name": "layernorm", "eps": -1}})
     with pytest.raises(ConfigError, match=r"model\.norm\.epss: unknown option \(did you mean"):
         assemble({**BN_MODEL, "norm": {"name": "layernorm", "epss": 1e-5}})
+
+
+def test_masked_batchnorm_keeps_float32_statistics_under_autocast():
+    from normzoo.nn.norms import MaskedBatchNorm
+    from normzoo.nn.padding import padding_mask_context
+
+    torch.manual_seed(0)
+    x = 20 + 0.5 * torch.randn(4, 10, 64)  # a large mean: bf16 statistics would be far off
+    mask = torch.zeros(4, 10, dtype=torch.bool)
+    mask[:, 8:] = True
+    with padding_mask_context(mask):
+        expected = MaskedBatchNorm(64)(x)
+        with torch.autocast("cpu", torch.bfloat16):
+            got = MaskedBatchNorm(64)(x)
+    assert (got - expected)[~mask].abs().max() < 1e-4

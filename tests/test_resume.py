@@ -112,6 +112,19 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(workdir, unin
     assert_same_run(run, uninterrupted)
 
 
+def test_two_crashes_in_a_row_with_worker_processes(workdir, uninterrupted):
+    # Workers collate in other processes and start ahead of the loop; the loader must still
+    # resume at the right batch. The second crash must not lose the history the first kept.
+    args = ["train", "tiny.yaml", "run.dir=runs/twice", "data.num_workers=2"]
+    assert normzoo(args, workdir, ["step", "23"]).returncode == -signal.SIGKILL
+    again = normzoo([*args, "--resume", "auto"], workdir, ["step", "28"])
+    assert again.returncode == -signal.SIGKILL
+    resumed = normzoo([*args, "--resume", "auto"], workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(workdir / "runs" / "twice", uninterrupted)
+    assert not (workdir / "runs" / "twice" / "logs" / "csv" / "metrics.before-resume.csv").exists()
+
+
 def test_sigkill_inside_a_checkpoint_write_then_resume(workdir, uninterrupted):
     # Writes at step 5: step-5, best-5, last; at step 10: step-10, best-10, then last (6th).
     killed = normzoo(["train", "tiny.yaml", "run.dir=runs/torn"], workdir, ["write", "6"])
@@ -136,6 +149,24 @@ def test_resume_refuses_a_checkpoint_of_another_model(workdir, uninterrupted):
     assert other.returncode == 2
     assert "model.d_model: checkpoint 32, recipe 64" in other.stderr
     assert "model.ffn_dim" in other.stderr and "Traceback" not in other.stderr
+
+
+@pytest.mark.parametrize("content", [[1, 2], {"normzoo": "x", "loops": {}},
+                                     {"normzoo": {"recipe": {"model": "oops"}}, "loops": {},
+                                      "global_step": 3, "state_dict": {}}])
+def test_resume_refuses_a_damaged_checkpoint_cleanly(workdir, tmp_path, content):
+    damaged = tmp_path / "damaged.ckpt"
+    torch.save(content, damaged)
+    result = normzoo(["train", "tiny.yaml", f"run.dir={tmp_path / 'run'}", "--resume",
+                      str(damaged)], workdir)
+    assert result.returncode == 2, result.stderr
+    assert "damaged.ckpt" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_mixed_precision_trains_with_gradient_clipping(workdir):
+    result = normzoo(["train", "tiny.yaml", "run.dir=runs/bf16", "trainer.precision=bf16-mixed",
+                      "optim.clip_norm=1.0", "trainer.max_steps=3"], workdir)
+    assert result.returncode == 0, result.stderr
 
 
 def test_resume_refuses_a_code_executing_pickle_without_running_it(workdir, tmp_path):
@@ -256,3 +287,17 @@ def test_other_os_errors_are_not_mistaken_for_a_full_disk():
 
     with pytest.raises(PermissionError), machine_failures(SimpleNamespace(global_step=0)):
         raise PermissionError(errno.EACCES, "denied")
+
+
+def test_a_checkpoint_from_before_a_new_model_key_still_resumes():
+    from normzoo.recipe import from_dict
+    from normzoo.train import ResumeError, check_resumable
+
+    recipe = from_dict(RECIPE)
+    old = recipe.to_dict()
+    del old["model"]["bias"]  # as if written by a normzoo that had no such key (default value)
+    saved = {"normzoo": {"recipe": old}, "loops": {}, "global_step": 5}
+    check_resumable(saved, recipe, Path("old.ckpt"))
+    old["model"]["d_model"] = 64
+    with pytest.raises(ResumeError, match=r"model\.d_model: checkpoint 64, recipe 32"):
+        check_resumable(saved, recipe, Path("old.ckpt"))

@@ -108,8 +108,13 @@ class TokenBudgetSampler(Sampler[list[int]]):
                 for batch in batches]
 
     def __iter__(self) -> Iterator[list[int]]:
-        skip, self._skip = self._skip, 0
-        return iter(self._mine()[skip:])
+        # The skip stays until the epoch changes or resume_done(): a multi-process DataLoader
+        # iterates its batch sampler twice while it starts.
+        return iter(self._mine()[self._skip:])
+
+    def resume_done(self) -> None:
+        """The resumed iteration has started: later ones begin at the epoch's first batch."""
+        self._skip = 0
 
     @property
     def skipped(self) -> int:
@@ -132,7 +137,7 @@ class ResumableLoader(DataLoader):
     an iterator never draws from the global RNG that dropout uses.
     """
 
-    def __init__(self, dataset, batch_sampler: TokenBudgetSampler, **kwargs) -> None:
+    def __init__(self, dataset: Sequence, batch_sampler: TokenBudgetSampler, **kwargs) -> None:
         super().__init__(dataset, batch_sampler=batch_sampler, generator=torch.Generator(),
                          **kwargs)
         self._delivered = 0
@@ -141,12 +146,16 @@ class ResumableLoader(DataLoader):
         sampler = self.batch_sampler
         self.generator.manual_seed(sampler.seed * 1_000_003 + sampler.epoch)
         self._delivered = sampler.skipped
-        for batch in super().__iter__():
+        batches = super().__iter__()  # may iterate the sampler more than once while starting
+        sampler.resume_done()
+        for batch in batches:
             self._delivered += 1
             yield batch
 
     def state_dict(self) -> dict[str, int]:
+        """The position Lightning saves in a checkpoint: the epoch and batches handed out."""
         return {"epoch": self.batch_sampler.epoch, "batches": self._delivered}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue at the saved position on the next iteration."""
         self.batch_sampler.resume_at(int(state["epoch"]), int(state["batches"]))

@@ -9,12 +9,14 @@ the sweep goes on. Results: ``results.csv``, ``results.md``, ``loss_curves.png``
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+from normzoo.atomic import atomic_write_text
 from normzoo.errors import ConfigError, Problem
 
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "final_train_loss", "metric",
@@ -96,22 +98,23 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
         row.update(status="diverged", diverged_at_step=int(step.group(1)) if step else "",
                    steps=int(step.group(1)) if step else "", metric_value="", test_bleu="")
     row["final_train_loss"] = final_train_loss(run_dir)
-    record.write_text(json.dumps(row, indent=2), encoding="utf-8")
+    atomic_write_text(record, json.dumps(row, indent=2), "sweep cell record")
     return row
 
 
 def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
     fields = ["cell", *keys, *FIELDS[1:]]
-    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out / "results.csv", table.getvalue(), "sweep results")
     lines = ["| " + " | ".join(fields[1:]) + " |", "|" + "---|" * (len(fields) - 1)]
     for row in rows:
         cells_ = [row.get(k, "") for k in fields[1:]]
         lines.append("| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c)
                                        for c in cells_) + " |")
-    (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(out / "results.md", "\n".join(lines) + "\n", "sweep results")
 
 
 def _loss_points(run_dir: Path) -> list[tuple[int, float]]:
@@ -127,7 +130,8 @@ def _combo(row: dict[str, Any], keys: list[str]) -> str:
     return " ".join(f"{label(k)}={row[k]}" for k in keys)
 
 
-def plot_loss_curves(rows: list[dict[str, Any]], keys: list[str], out: Path, plt) -> None:
+def plot_loss_curves(rows: list[dict[str, Any]], keys: list[str], out: Path,
+                     plt: Any) -> None:
     """One panel per setting of the other axes (rows: the second axis, columns: the rest), one
     line per value of the first axis in the same colour everywhere: the comparison the sweep
     is for (e.g. post vs pre vs deepnorm) sits within a panel."""
@@ -173,7 +177,8 @@ def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
     plot_stability_map(rows, keys, out, plt)
 
 
-def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path, plt) -> None:
+def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path,
+                     plt: Any) -> None:
     """Every cell on a grid (columns: the last axis), coloured by its final training loss from
     green (lowest of the sweep) to red (highest), a red × where it diverged; the task metric
     under it. A run that stalls on a plateau shows as red without diverging."""

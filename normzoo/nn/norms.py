@@ -147,6 +147,11 @@ class MaskedBatchNorm(nn.Module):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Autocast would run the statistics' matrix-vector products in bf16/fp16.
+        with torch.autocast(x.device.type, enabled=False):
+            return self._normalize(x)
+
+    def _normalize(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         weight = None if self.weight is None else self.weight.float()
         bias = None if self.bias is None else self.bias.float()

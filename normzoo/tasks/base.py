@@ -102,10 +102,11 @@ class NormzooTask(L.LightningModule):
         self.tokenizer_json = saved.get("tokenizer", "")
         states = saved.get("rng") or []
         rank = self.trainer.global_rank if self._trainer is not None else 0
-        # Restored just before the next training step: Lightning draws nothing in between then.
+        # Restored when training starts, before the next batch is fetched: its collation may
+        # draw (MLM masks), and Lightning draws nothing between then and the next step.
         self._pending_rng = states[rank] if rank < len(states) else None
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_train_start(self) -> None:
         if self._pending_rng is not None:
             rng.restore(self._pending_rng)
             self._pending_rng = None
