@@ -32,13 +32,7 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"][0])
-    random.setstate(_as_tuples(state["python"]))
+    random.setstate(state["python"])  # pickling keeps its tuples as tuples
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
-
-def _as_tuples(value: Any) -> Any:
-    # random.setstate wants tuples all the way down; a checkpoint round trip may give lists.
-    if isinstance(value, list | tuple):
-        return tuple(_as_tuples(v) for v in value)
-    return value

@@ -62,13 +62,12 @@ def losses(run_dir: Path) -> dict[int, list[str]]:
     return rows
 
 
-def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    return ckpt["state_dict"]
-
-
 def load(path: Path) -> dict:
     return torch.load(path, weights_only=True)
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load(run_dir / "checkpoints" / "last.ckpt")["state_dict"]
 
 
 @pytest.fixture(scope="module")
