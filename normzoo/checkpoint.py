@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,22 +85,50 @@ class Loaded:
         return self.recipe.eval.model_copy(update=update)
 
 
-def check_plugins(plugins: list[dict[str, str]], source: str) -> None:
-    """Fail with the distribution to install when a plugin that built the model is missing."""
+def check_plugins(plugins: list[dict[str, str]], source: str) -> list[str]:
+    """Check that the plugins that built the model are installed here and import.
+
+    Fails naming the distribution to install when one is missing (or the name now comes from
+    another distribution), or naming the import error when it fails to import. Returns each
+    version difference (a plugin's, not normzoo's own, is also warned about).
+    """
     if not (isinstance(plugins, list) and all(
             isinstance(p, dict) and isinstance(p.get("name"), str) for p in plugins)):
         raise _damaged(source, "its plugin list is not a list of {kind, name, distribution, "
                        "version} entries")
-    for plugin in plugins:
-        reg = registry.norms if plugin.get("kind") == "norm" else registry.residuals
-        name = plugin["name"]
-        if name not in reg:
-            dist, version = plugin.get("distribution", "?"), plugin.get("version", "?")
-            raise CheckpointError(
-                f"{source} was built with {reg.kind} '{name}' from the distribution '{dist}' "
-                f"(version {version}), which is not installed here; install it first, e.g. "
-                f"pip install '{dist}=={version}'"
-            )
+    differences = []
+    with registry.pinned(plugins):  # a name several distributions provide: the recorded one
+        for plugin in plugins:
+            reg = registry.of_kind(plugin.get("kind"))
+            name = plugin["name"]
+            dist, version = str(plugin.get("distribution", "?")), str(plugin.get("version", "?"))
+            entry = reg.entry(name) if name in reg else None
+            if entry is None or registry.normalize_distribution(
+                    entry.info.distribution) != registry.normalize_distribution(dist):
+                here = "" if entry is None else (
+                    f" ('{name}' here comes from {entry.info.distribution} {entry.info.version})")
+                raise CheckpointError(
+                    f"{source} was built with {reg.kind} '{name}' from the distribution '{dist}' "
+                    f"(version {version}), which is not installed here{here}; install it first, "
+                    f"e.g. pip install '{dist}=={version}'"
+                )
+            if reg.load(entry).error is not None:
+                raise CheckpointError(
+                    f"{source} was built with {reg.kind} '{name}' from {dist} {version}, and that "
+                    f"plugin failed to import here: {entry.error}; fix or reinstall {dist}, "
+                    f"e.g. pip install --force-reinstall '{dist}=={version}'"
+                )
+            if entry.info.version == version:
+                continue
+            differences.append(
+                f"{reg.kind} '{name}' was built with {dist} {version} and {dist} "
+                f"{entry.info.version} is installed here (pip install '{dist}=={version}' to "
+                "match)")
+            if registry.normalize_distribution(dist) != registry.BUILTIN:
+                warnings.warn(registry.PluginVersionWarning(
+                    f"{source}: {differences[-1]}; the model may load or behave differently"),
+                    stacklevel=2)
+    return differences
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:
@@ -157,18 +186,24 @@ def checkpoint_tokenizer(text: Any, source: str) -> Tokenizer:
         raise _damaged(source, f"its tokenizer cannot be read ({_first_line(error)})") from None
 
 
-def _recipe(data: Any, source: str) -> Recipe:
-    """The saved recipe, its problems (if any) reported as the checkpoint's, not the user's."""
+def _recipe(data: Any, source: str, differences: list[str] | None = None) -> Recipe:
+    """The saved recipe, its problems (if any) reported as the checkpoint's, not the user's,
+    and blamed on the plugin ``differences`` (versions) where there are any."""
     try:
         return from_dict(data)
     except ConfigError as error:
-        raise ConfigError(error.problems, f"{source} holds an invalid recipe") from None
+        title = f"{source} holds an invalid recipe"
+        if differences:
+            title = (f"{source} holds a recipe that the installed plugin versions reject: "
+                     + "; ".join(differences))
+        raise ConfigError(error.problems, title) from None
 
 
 def _rebuild(recipe_dict: Any, vocab_size: int, plugins: Any, source: str):
-    check_plugins(plugins, source)
-    recipe = _recipe(recipe_dict, source)
-    return recipe, assemble(recipe.model, vocab_size=vocab_size)
+    differences = check_plugins(plugins, source)
+    with registry.pinned(plugins):
+        recipe = _recipe(recipe_dict, source, differences)
+        return recipe, assemble(recipe.model, vocab_size=vocab_size)
 
 
 def checkpoint_parts(ckpt: Any, source: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

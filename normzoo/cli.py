@@ -45,10 +45,14 @@ def _root(
 @app.command("list")
 def list_plugins(
     kind: str = typer.Argument("all", help="What to list: all, norms or residuals."),
+    check: bool = typer.Option(
+        False, "--check",
+        help="Exit 1 if any entry is BROKEN or CONFLICT (for a plugin's CI, like pip check)."),
 ) -> None:
     """List every registered norm and residual scheme, with its distribution and version.
 
-    Plugins that fail to import, or whose name two distributions claim, are shown as broken.
+    Plugins that fail to import (BROKEN), and names that two distributions claim or that a plugin
+    takes from a built-in (CONFLICT), are flagged; with --check they make the exit code 1.
     """
     from normzoo import registry
     from normzoo.options import close_match
@@ -63,16 +67,17 @@ def list_plugins(
         raise fail(NormzooError(f"unknown kind '{kind}'{hint}; use all, norms or residuals"))
     broken = 0
     for reg in groups[kind]:
-        entries = reg.entries(load=True)
+        # A refused entry (a plugin taking a built-in's name) is listed below the built-in.
+        entries = sorted([*reg.entries(load=True), *reg.refused()],
+                         key=lambda e: (e.info.name, e.reserved is not None))
         typer.secho(f"{reg.kind}s ({reg.group})", bold=True)
         width = max((len(e.info.name) for e in entries), default=4)
         sources = [f"{e.info.distribution} {e.info.version}" for e in entries]
         source_width = max((len(source) for source in sources), default=4)
         for e, source in zip(entries, sources, strict=True):
-            if e.rivals:
+            if e.conflict is not None:
                 broken += 1
-                others = ", ".join(f"{r.distribution} {r.version}" for r in e.rivals)
-                status = typer.style(f"CONFLICT: also registered by {others}", fg="red")
+                status = typer.style(f"CONFLICT: {e.conflict}", fg="red")
             elif e.error is not None:
                 broken += 1
                 status = typer.style(f"BROKEN: {e.error}", fg="red")
@@ -82,6 +87,8 @@ def list_plugins(
         typer.echo("")
     if broken:
         typer.echo(f"{broken} plugin(s) cannot be used until fixed; the others work.")
+        if check:
+            raise typer.Exit(1)
 
 
 def user_errors(command: Callable[..., None]) -> Callable[..., None]:

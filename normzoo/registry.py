@@ -4,7 +4,9 @@ Built-ins and third-party packages take one path: Python entry points in the gro
 ``normzoo.norms`` and ``normzoo.residuals``. Indexing reads only package metadata (fast, imports
 nothing); a plugin is imported the first time it is asked for. A plugin that fails to import is
 reported by ``normzoo list`` and becomes an error only when a recipe names it. Two distributions
-registering one name is an error that names both.
+registering one name is an error that names both, except where a checkpoint recorded which one
+built it (:func:`pinned`). normzoo's own names are reserved: a plugin registering one is that
+plugin's conflict (``normzoo list`` shows it), and the built-in keeps working.
 
 This module imports neither torch nor Lightning, so ``normzoo list`` and ``--help`` stay fast.
 """
@@ -14,6 +16,9 @@ from __future__ import annotations
 import importlib
 import re
 import traceback
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -24,6 +29,14 @@ from normzoo.options import close_match
 NORMS_GROUP = "normzoo.norms"
 RESIDUALS_GROUP = "normzoo.residuals"
 IN_PROCESS = "<in-process>"
+BUILTIN = "normzoo"  # the distribution whose names are reserved
+
+# (group, name) -> canonical distribution: who resolves a contested name (see ``pinned``).
+_pins: ContextVar[dict[tuple[str, str], str] | None] = ContextVar("normzoo_pins", default=None)
+
+
+class PluginVersionWarning(UserWarning):
+    """A checkpoint was built with another version of a plugin than the one installed."""
 
 
 @dataclass(frozen=True)
@@ -40,17 +53,39 @@ class PluginInfo:
 
 @dataclass
 class Entry:
-    """One registered name. ``target`` is ``module:attr`` (entry point) or the object itself."""
+    """One registered name. ``target`` is ``module:attr`` (entry point) or the object itself.
+
+    ``claimants`` are other distributions' entries for the same name (a conflict);
+    ``reserved`` is set on a plugin's entry refused because the name is a built-in's.
+    """
 
     info: PluginInfo
     target: str
     obj: Any = None
     error: str | None = None
-    rivals: list[PluginInfo] = field(default_factory=list)
+    claimants: list[Entry] = field(default_factory=list)
+    reserved: PluginInfo | None = None
 
     @property
     def loaded(self) -> bool:
         return self.obj is not None
+
+    @property
+    def rivals(self) -> list[PluginInfo]:
+        """The other distributions that register this name."""
+        return [claimant.info for claimant in self.claimants]
+
+    @property
+    def conflict(self) -> str | None:
+        """Why this entry cannot be used as it stands (``normzoo list``'s CONFLICT), or None."""
+        if self.reserved is not None:
+            return (f"'{self.info.name}' is the name of a built-in ({self.reserved.distribution} "
+                    f"{self.reserved.version}), reserved; this entry is ignored: rename it in "
+                    f"{self.info.distribution}")
+        if self.claimants:
+            return "also registered by " + ", ".join(
+                f"{i.distribution} {i.version}" for i in self.rivals)
+        return None
 
 
 def normalize_distribution(name: str) -> str:
@@ -60,6 +95,10 @@ def normalize_distribution(name: str) -> str:
 
 def _same_distribution(a: PluginInfo, b: PluginInfo) -> bool:
     return normalize_distribution(a.distribution) == normalize_distribution(b.distribution)
+
+
+def _builtin(info: PluginInfo) -> bool:
+    return normalize_distribution(info.distribution) == BUILTIN
 
 
 def first_doc_line(obj: Any) -> str:
@@ -76,11 +115,12 @@ class Registry:
         self.group = group
         self.kind = kind
         self._entries: dict[str, Entry] | None = None
+        self._refused: list[Entry] = []
 
     # -- indexing -----------------------------------------------------------------------------
     def _index(self) -> dict[str, Entry]:
         if self._entries is None:
-            self._entries = {}
+            self._entries, self._refused = {}, []
             seen: set[tuple[str, str, str]] = set()
             for ep in entry_points(group=self.group):
                 dist = ep.dist.name if ep.dist is not None else "unknown"
@@ -94,13 +134,24 @@ class Registry:
 
     def _add(self, entry: Entry) -> None:
         assert self._entries is not None
-        current = self._entries.get(entry.info.name)
+        name = entry.info.name
+        current = self._entries.get(name)
+        known = [current, *current.claimants] if current is not None else []
+        known += [e for e in self._refused if e.info.name == name]
+        if any(_same_distribution(e.info, entry.info) for e in known):
+            return  # one distribution seen twice (an editable install next to its build)
         if current is None:
-            self._entries[entry.info.name] = entry
-        elif not any(_same_distribution(i, entry.info) for i in [current.info, *current.rivals]):
-            # The same distribution seen twice (an editable install next to its build) is not a
-            # conflict; a second distribution is.
-            current.rivals.append(entry.info)
+            self._entries[name] = entry
+        elif _builtin(entry.info):  # plugins listed before normzoo claimed a built-in's name
+            for taken in [current, *current.claimants]:
+                taken.claimants, taken.reserved = [], entry.info
+                self._refused.append(taken)
+            self._entries[name] = entry
+        elif _builtin(current.info):
+            entry.reserved = current.info
+            self._refused.append(entry)
+        else:
+            current.claimants.append(entry)
 
     def register(self, name: str, obj: Any, distribution: str = IN_PROCESS) -> None:
         """Register ``obj`` under ``name`` from Python code (notebooks, tests).
@@ -122,6 +173,11 @@ class Registry:
         """Forget an in-process registration (entry points come back on the next refresh)."""
         self._index().pop(name, None)
 
+    def refused(self) -> list[Entry]:
+        """Plugins' entries ignored because their name is a built-in's, sorted by name."""
+        self._index()
+        return sorted(self._refused, key=lambda e: (e.info.name, e.info.distribution))
+
     def refresh(self) -> None:
         """Re-read entry points (after installing a plugin in this process).
 
@@ -140,7 +196,11 @@ class Registry:
         return name in self._index()
 
     def entry(self, name: str) -> Entry:
-        """The entry for ``name`` (not imported); raises with a close-match suggestion."""
+        """The entry for ``name`` (not imported); raises with a close-match suggestion.
+
+        Where several distributions register ``name`` and :func:`pinned` names one of them,
+        that one's entry.
+        """
         entries = self._index()
         if name not in entries:
             known = ", ".join(sorted(entries)) or "none"
@@ -148,7 +208,16 @@ class Registry:
                 f"unknown {self.kind} '{name}'{close_match(name, list(entries))}; "
                 f"registered: {known}"
             )
-        return entries[name]
+        entry = entries[name]
+        for claimant in entry.claimants:
+            if self._pinned(claimant):
+                return claimant
+        return entry
+
+    def _pinned(self, entry: Entry) -> bool:
+        """Whether :func:`pinned` chose ``entry``'s distribution for its name."""
+        pin = (_pins.get() or {}).get((self.group, entry.info.name))
+        return pin == normalize_distribution(entry.info.distribution)
 
     def info(self, name: str) -> PluginInfo:
         return self.entry(name).info
@@ -156,7 +225,7 @@ class Registry:
     def get(self, name: str) -> Any:
         """The object registered as ``name``, importing its plugin on first use."""
         entry = self.entry(name)
-        if entry.rivals:
+        if entry.claimants and not self._pinned(entry):
             owners = ", ".join(
                 f"{i.distribution} {i.version}" for i in [entry.info, *entry.rivals]
             )
@@ -164,8 +233,7 @@ class Registry:
                 f"{self.kind} '{name}' is registered by more than one distribution ({owners}); "
                 "uninstall all but one of them"
             )
-        self._load(entry)
-        if entry.error is not None:
+        if self.load(entry).error is not None:
             raise RegistryError(
                 f"{self.kind} '{name}' from {entry.info.distribution} {entry.info.version} "
                 f"failed to import: {entry.error}; fix or reinstall {entry.info.distribution}, "
@@ -173,9 +241,13 @@ class Registry:
             )
         return entry.obj
 
+    def load(self, entry: Entry) -> Entry:
+        """``entry`` with its plugin imported, or with ``error`` set if the import failed."""
+        if not (entry.loaded or entry.error is not None):
+            self._load(entry)
+        return entry
+
     def _load(self, entry: Entry) -> None:
-        if entry.loaded or entry.error is not None:
-            return
         try:
             entry.obj = EntryPoint(entry.info.name, entry.target, self.group).load()
         except Exception as exc:  # a broken plugin must not take normzoo down with it
@@ -195,12 +267,33 @@ class Registry:
         result = [self._index()[name] for name in self.names()]
         if load:
             for entry in result:
-                self._load(entry)
+                self.load(entry)
         return result
 
 
 norms = Registry(NORMS_GROUP, "norm")
 residuals = Registry(RESIDUALS_GROUP, "residual scheme")
+
+
+def of_kind(kind: str) -> Registry:
+    """The registry for a checkpoint's plugin ``kind`` (``norm`` or ``residual``)."""
+    return norms if kind == "norm" else residuals
+
+
+@contextmanager
+def pinned(plugins: Iterable[Mapping[str, Any]]) -> Iterator[None]:
+    """Resolve each recorded name to the distribution that recorded it, where several provide it.
+
+    ``plugins`` is what a checkpoint records (``kind``, ``name``, ``distribution``), so a model
+    rebuilt from it uses the plugin that built it, not "uninstall all but one".
+    """
+    pins = {(of_kind(str(p.get("kind"))).group, str(p["name"])):
+            normalize_distribution(str(p.get("distribution", ""))) for p in plugins}
+    token = _pins.set({**(_pins.get() or {}), **pins})
+    try:
+        yield
+    finally:
+        _pins.reset(token)
 
 
 def plugin_provenance(norm: str, residual: str) -> list[dict[str, str]]:

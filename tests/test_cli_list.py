@@ -70,10 +70,14 @@ def check_trouble(output: str) -> None:
         r"^  steadynorm +shaky-plugin 0\.3\.0 +Fake norm from a third-party package\.$",
         output, re.MULTILINE,
     ), output
-    conflict = re.search(r"^  deepnorm +(.*)$", output, re.MULTILINE)
+    # A built-in's name is reserved: the built-in is listed as usual, the plugin's entry as its
+    # conflict, right below it.
+    conflict = re.search(
+        r"^  deepnorm +normzoo [^ ]+ +DeepNorm.*\n  deepnorm +rival-plugin 9\.9 +(.*)$",
+        output, re.MULTILINE)
     assert conflict, output
-    assert "CONFLICT: also registered by" in conflict.group(1)
-    assert SOURCE in conflict.group(1) and "rival-plugin 9.9" in conflict.group(1)
+    assert "CONFLICT: 'deepnorm' is the name of a built-in" in conflict.group(1)
+    assert SOURCE in conflict.group(1) and "rename it in rival-plugin" in conflict.group(1)
     assert "2 plugin(s) cannot be used until fixed; the others work." in output
 
 
@@ -137,3 +141,44 @@ def test_list_in_a_real_process(fake_dists):
                            env=env, timeout=120)
     assert wrong.returncode == 2
     assert "unknown kind 'bogus'" in wrong.stderr and not wrong.stdout
+
+
+def test_list_check_fails_on_broken_or_conflicting_plugins(fake_dists):
+    """``normzoo list --check`` (for plugin CI): exit 1 while any entry is BROKEN or CONFLICT,
+    like ``pip check``; 0 when every name is usable."""
+    script = Path(sys.executable).with_name("normzoo")
+
+    def run(*args: str, site: Path | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(s) for s in (site,) if s] + list(filter(None, [os.environ.get("PYTHONPATH")])))}
+        return subprocess.run([str(script), "list", *args], capture_output=True, text=True,
+                              env=env, timeout=120)
+
+    clean = run("--check")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "BROKEN" not in clean.stdout and "CONFLICT" not in clean.stdout
+
+    site = write_troublemakers(fake_dists)
+    failed = run("--check", site=site)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    check_trouble(failed.stdout)
+    assert "Traceback" not in failed.stdout + failed.stderr
+
+    fake_dists.activate(site)
+    runner = CliRunner()
+    assert runner.invoke(app, ["list", "--check", "residuals"]).exit_code == 1  # reserved name
+    assert runner.invoke(app, ["list", "--check", "norms"]).exit_code == 1  # the broken plugin
+    assert runner.invoke(app, ["list"]).exit_code == 0  # plain listing stays informational
+
+
+def test_list_check_on_a_name_two_plugins_claim(runner, fake_dists):
+    one = fake_dists.write("alpha-norms", "1.0", {"normzoo.norms": {"twin": "nz_cli_ok:Fake"}},
+                           {"nz_cli_ok": FAKE_NORM}, folder="one")
+    two = fake_dists.write("beta-norms", "2.0", {"normzoo.norms": {"twin": "nz_cli_ok:Fake"}},
+                           folder="two")
+    fake_dists.activate(one, two)
+    result = runner.invoke(app, ["list", "norms", "--check"])
+    assert result.exit_code == 1, result.output
+    assert re.search(r"^  twin +alpha-norms 1\.0 +CONFLICT: also registered by beta-norms 2\.0$",
+                     result.output, re.MULTILINE), result.output
+    assert runner.invoke(app, ["list", "residuals", "--check"]).exit_code == 0

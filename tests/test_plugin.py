@@ -94,6 +94,30 @@ def test_the_plugin_uses_only_normzoos_public_api():
                 assert not any(a.name.startswith("normzoo") for a in node.names), path.name
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+
+
+def test_the_plugin_guide_gives_import_paths_and_the_contract():
+    """docs/plugins.md: every name it uses has an import line that works, init_weights says
+    when it runs, and the assemble() example (option dictionaries) runs as written."""
+    text = DOCS.read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    imported: dict = {}
+    for block in blocks:
+        for node in ast.parse(block).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("normzoo"):
+                exec(compile(ast.Module([node], []), str(DOCS), "exec"), imported)
+    for name in ("ResidualScheme", "Residual", "StreamEnds", "Site", "StackInfo", "NormFactory",
+                 "SublayerKind", "Family", "assemble"):
+        assert name in imported, f"docs/plugins.md never shows where {name} is imported from"
+    [row] = [line for line in text.splitlines() if line.startswith("| `init_weights")]
+    assert "after" in row and "xavier_uniform" in row, row
+    [example] = [block for block in blocks if "assemble({" in block]
+    namespace: dict = {}
+    exec(compile(example, str(DOCS), "exec"), namespace)
+    assert namespace["model"].plugins[0]["name"] == "rmsnorm"
+
+
 def test_installed_names_are_registered_with_their_distribution(site):
     for reg, name in ((registry.norms, "groupnorm"), (registry.residuals, "gpt2_scaled")):
         assert reg.info(name).as_dict() == {"name": name, "distribution": DIST,

@@ -11,7 +11,7 @@ import pytest
 from normzoo import registry
 from normzoo.errors import ConfigError, RegistryError
 from normzoo.models import assemble
-from normzoo.registry import first_doc_line, plugin_provenance
+from normzoo.registry import first_doc_line, normalize_distribution, plugin_provenance
 
 NORMS = {"layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm"}
 RESIDUALS = {
@@ -164,16 +164,61 @@ def test_two_distributions_claiming_one_name_is_an_error_naming_both(fake_dists)
     assert registry.norms.get("layernorm").__name__ == "LayerNorm"
 
 
-def test_a_plugin_cannot_silently_replace_a_builtin(fake_dists):
+@pytest.mark.parametrize("plugin_first", [True, False])
+def test_builtin_names_are_reserved(fake_dists, monkeypatch, plugin_first):
+    """A plugin registering a built-in's name is the plugin's conflict; the built-in works."""
     site = fake_dists.write(
-        "shadow-plugin", "0.1", {"normzoo.residuals": {"pre": "nz_fake_shadow:Fake"}},
+        "shadow-plugin", "0.1",
+        {"normzoo.norms": {"layernorm": "nz_fake_shadow:Fake", "shadownorm": "nz_fake_shadow:Fake"},
+         "normzoo.residuals": {"pre": "nz_fake_shadow:Fake"}},
         {"nz_fake_shadow": GOOD_NORM},
     )
     fake_dists.activate(site)
-    with pytest.raises(RegistryError) as caught:
-        registry.residuals.get("pre")
-    assert "shadow-plugin 0.1" in str(caught.value)
-    assert f"normzoo {NORMZOO_VERSION}" in str(caught.value)
+    real = registry.entry_points
+
+    def ordered(group):  # whichever order importlib.metadata happens to list them in
+        eps = list(real(group=group))
+        mine = [ep for ep in eps if ep.dist is not None and ep.dist.name == "shadow-plugin"]
+        rest = [ep for ep in eps if ep not in mine]
+        return mine + rest if plugin_first else rest + mine
+
+    monkeypatch.setattr(registry, "entry_points", ordered)
+    registry.norms.refresh()
+    registry.residuals.refresh()
+    for reg, name, cls in ((registry.norms, "layernorm", "LayerNorm"),
+                           (registry.residuals, "pre", "PreLN")):
+        assert reg.info(name).distribution == "normzoo"
+        assert not reg.entry(name).rivals
+        assert reg.get(name).__name__ == cls
+        [refused] = [e for e in reg.refused() if e.info.name == name]
+        assert refused.info.as_dict() == {"name": name, "distribution": "shadow-plugin",
+                                          "version": "0.1"}
+        assert "built-in" in refused.conflict and f"normzoo {NORMZOO_VERSION}" in refused.conflict
+    assert "nz_fake_shadow" not in sys.modules  # the refused entry is never imported
+    assert registry.norms.get("shadownorm").__name__ == "Fake"  # its other names work
+    config = {"family": "decoder", "vocab_size": 20, "d_model": 8, "heads": 2, "ffn_dim": 16,
+              "decoder_layers": 1, "norm": "layernorm", "residual": "pre"}
+    assert assemble(config).plugins[0]["distribution"] == "normzoo"
+
+
+def test_pinned_resolves_a_contested_name_by_the_recorded_distribution(fake_dists):
+    one = fake_dists.write(
+        "alpha-norms", "1.0", {"normzoo.norms": {"twin": "nz_fake_alpha2:Fake"}},
+        {"nz_fake_alpha2": GOOD_NORM}, folder="one",
+    )
+    two = fake_dists.write(
+        "beta-norms", "2.0", {"normzoo.norms": {"twin": "nz_fake_beta2:Fake"}},
+        {"nz_fake_beta2": GOOD_NORM}, folder="two",
+    )
+    fake_dists.activate(one, two)
+    for dist, module in (("beta-norms", "nz_fake_beta2"), ("Alpha_Norms", "nz_fake_alpha2")):
+        with registry.pinned([{"kind": "norm", "name": "twin", "distribution": dist,
+                               "version": "1.0"}]):
+            assert registry.norms.get("twin").__module__ == module
+            assert normalize_distribution(registry.norms.info("twin").distribution) == (
+                normalize_distribution(dist))
+    with pytest.raises(RegistryError, match="more than one distribution"):
+        registry.norms.get("twin")  # outside a checkpoint the name stays ambiguous
 
 
 def test_one_distribution_found_twice_is_not_a_conflict(fake_dists, monkeypatch):
