@@ -21,12 +21,12 @@ from normzoo.errors import RuntimeFailure
 TMP_MARK = ".tmp-"
 
 
-def _temporary(path: Path) -> Path:
+def temporary_path(path: Path) -> Path:
     # Hidden and without the target's suffix: globbing for *.ckpt never sees a half-written file.
     return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     """Make the rename itself durable (the directory entry), where the platform allows it."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -47,7 +47,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str 
     (exit code 1) naming ``what`` and the path; the previous version of ``path`` is untouched.
     """
     path = Path(path)
-    tmp = _temporary(path)
+    tmp = temporary_path(path)
     try:
         with open(tmp, "wb") as f:
             write(f)
@@ -63,7 +63,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
 def atomic_write_text(path: str | Path, text: str, what: str = "file") -> None:

@@ -134,6 +134,11 @@ class TrainerConfig(_Section):
         description="most recent step-N.ckpt kept (one per validation), for export --average",
     )
     progress_bar: bool = True
+    slurm_requeue: bool = Field(
+        default=True,
+        description="on SLURM, the warning signal (SIGUSR1) also requeues the job, which then "
+        "resumes from the checkpoint saved at that signal",
+    )
     # A bool as well as the modes: YAML reads a bare `off`/`on` as false/true.
     compile: bool | Literal["default", "reduce-overhead", "max-autotune"] = Field(
         default=False,
@@ -201,6 +206,13 @@ class Recipe(_Section):
         problem = _family_problem(self.task, self.model.family)
         if problem is not None:
             raise ValueError(ConfigError([problem]))
+        residual = self.model.residual
+        if (self.trainer.strategy == "fsdp" and residual.name == "admin"
+                and residual.options.get("init") == "profiled"):
+            # Profiling writes w inside the sharded layers; not supported (nor tested) there.
+            raise ValueError(ConfigError([Problem(
+                "model.residual.init", "'profiled' is not supported with trainer.strategy=fsdp; "
+                "use closed_form, or strategy ddp")]))
         return self
 
     def to_dict(self) -> dict[str, Any]:

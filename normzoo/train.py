@@ -17,6 +17,7 @@ import csv
 import errno
 import io
 import json
+import os
 import re
 import shutil
 import time
@@ -27,6 +28,7 @@ from typing import Any
 from normzoo.atomic import atomic_write_text, checkpoint_io, remove_stale_temporaries
 from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.models.config import ModelConfig
+from normzoo.preemption import Preempted
 from normzoo.recipe import Recipe
 
 TASKS = {
@@ -59,9 +61,18 @@ def global_rank() -> int:
     return getattr(rank_zero_only, "rank", 0) or 0
 
 
+def _contents(run_dir: Path) -> list[Path]:
+    """What ``run_dir`` holds besides the lock of the process that is looking."""
+    from normzoo.runlock import LOCK_NAME
+
+    if not run_dir.is_dir():
+        return []
+    return [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
+
+
 def refuse_existing_run(run_dir: Path, force: bool) -> bool:
     """Whether ``run_dir`` holds a run; raise unless ``force`` allows overwriting it."""
-    holds_run = run_dir.exists() and any(run_dir.iterdir())
+    holds_run = bool(_contents(run_dir))
     if holds_run and not force:
         raise RunDirectoryExists(
             f"run directory {run_dir} already holds a run; pass --force to overwrite it, "
@@ -73,7 +84,11 @@ def refuse_existing_run(run_dir: Path, force: bool) -> bool:
 def prepare_run_dir(recipe: Recipe, recipe_path: str | Path, force: bool) -> Path:
     run_dir = run_directory(recipe, recipe_path)
     if refuse_existing_run(run_dir, force):
-        shutil.rmtree(run_dir)
+        for path in _contents(run_dir):  # not the lock: it keeps others out while we start
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
@@ -125,17 +140,24 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         # One FSDP unit per Transformer layer; each process saves its own shard.
         strategy = FSDPStrategy(auto_wrap_policy={EncoderLayer, DecoderLayer},
                                 state_dict_type="sharded")
+    from normzoo.checkpointing import rolling_checkpoints
+    from normzoo.preemption import preemption_callback
+
     monitor, mode = monitored_metric(recipe)
-    checkpoint = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints",
+    checkpoints = run_dir / "checkpoints"
+    # Lightning runs checkpoint callbacks last, in this order: best-N, then step-N and last.
+    best = ModelCheckpoint(
+        dirpath=checkpoints,
         filename="best-{step}",
         monitor=monitor,
         mode=mode,
         save_top_k=t.save_top_k,
-        save_last=True,
+        save_last=False,
         auto_insert_metric_name=False,
     )
-    callbacks: list[Any] = [checkpoint, _flush_logs_callback()]
+    rolling = rolling_checkpoints(checkpoints, t.keep_checkpoints)
+    callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
+                            _flush_logs_callback()]
     diagnostics = recipe.diagnostics
     if diagnostics.guard or diagnostics.max_loss is not None:
         from normzoo.diagnostics.callbacks import DivergenceGuard
@@ -145,16 +167,6 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         from normzoo.diagnostics.callbacks import DiagnosticsCallback
 
         callbacks.append(DiagnosticsCallback(diagnostics.every_steps))
-    if t.keep_checkpoints:
-        callbacks.append(ModelCheckpoint(
-            dirpath=run_dir / "checkpoints",
-            filename="step-{step}",
-            monitor="step",
-            mode="max",
-            save_top_k=t.keep_checkpoints,
-            every_n_train_steps=t.val_every_steps,
-            auto_insert_metric_name=False,
-        ))
     if t.progress_bar:
         callbacks.append(RichProgressBar(leave=True))
     loggers = [
@@ -211,11 +223,25 @@ def write_metrics(path: Path, rows: list[dict[str, str]]) -> None:
 
 
 def resume_checkpoint(run_dir: Path, resume: str) -> Path:
-    """``auto`` -> the run's ``checkpoints/last.ckpt``; otherwise the path given."""
-    path = run_dir / "checkpoints" / "last.ckpt" if resume == "auto" else Path(resume)
-    if not path.exists():
-        raise RunDirectoryExists(f"cannot resume: no checkpoint at {path}")
-    return path
+    """``auto`` -> the run's newest complete checkpoint, whatever its name (``last.ckpt`` may
+    be older, if the process died between two writes); otherwise the path given."""
+    from normzoo.checkpointing import newest_checkpoint
+
+    if resume != "auto":
+        path = Path(resume)
+        if not path.exists():
+            raise RunDirectoryExists(f"cannot resume: no checkpoint at {path}")
+        return path
+    directory = run_dir / "checkpoints"
+    newest = newest_checkpoint(directory)
+    if newest is None:
+        raise RunDirectoryExists(
+            f"cannot resume {run_dir}: no complete checkpoint in {directory} (the run stopped "
+            "before its first checkpoint, "
+            "which is written at the first validation, every trainer.val_every_steps steps); "
+            "start it again with --force"
+        )
+    return newest.path
 
 
 class ResumeError(NormzooError):
@@ -338,15 +364,52 @@ def run(
     Under several processes only rank 0 creates and writes the run directory and returns the
     summary; the other ranks return None. ``resume`` (``auto`` or a checkpoint path) continues
     a run in its own directory: model, optimizer, schedule and step count.
+
+    Rank 0 holds the run directory's lock throughout (:mod:`normzoo.runlock`): a second process
+    on a live run is refused before it reads or deletes anything. A SLURM job requeued after
+    pre-emption runs the same command again and resumes by itself, as Lightning's does.
     """
+    from normzoo.runlock import RunLock
+
+    rank = global_rank()
+    run_dir = run_directory(recipe, recipe_path)
+    if rank > 0:
+        return _run(recipe, recipe_path, run_dir, rank, force, _requeued(run_dir, resume))
+    lock = RunLock(run_dir).acquire()
+    finished = False
+    try:
+        summary = _run(recipe, recipe_path, run_dir, rank, force, _requeued(run_dir, resume))
+        finished = True
+        return summary
+    except Preempted:
+        finished = True  # its checkpoint stays
+        raise
+    finally:
+        lock.release(remove_dir_if_empty=not finished)
+
+
+def _requeued(run_dir: Path, resume: str | None) -> str | None:
+    """``auto`` for a SLURM job restarted after a requeue whose run has a checkpoint."""
+    from normzoo.checkpointing import newest_checkpoint
+    from normzoo.preemption import slurm_restarted
+
+    if resume is None and slurm_restarted() and newest_checkpoint(run_dir / "checkpoints"):
+        import typer
+
+        typer.echo(f"SLURM job restarted (SLURM_RESTART_COUNT="
+                   f"{os.environ.get('SLURM_RESTART_COUNT')}): resuming {run_dir}", err=True)
+        return "auto"
+    return resume
+
+
+def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, force: bool,
+         resume: str | None) -> dict[str, Any] | None:
     import lightning as L
 
     from normzoo.data.tokenizer import Tokenizer
     from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
 
     started = time.perf_counter()
-    rank = global_rank()
-    run_dir = run_directory(recipe, recipe_path)
     ckpt_path = resume_checkpoint(run_dir, resume) if resume else None
     if rank == 0 and ckpt_path is None:
         refuse_existing_run(run_dir, force)  # at once, not after minutes of tokenizer training
@@ -354,6 +417,10 @@ def run(
     if ckpt_path is not None:
         resumed_step, saved_tokenizer = prepare_resume(ckpt_path, recipe, run_dir, resume,
                                                        rank)
+        if rank == 0:
+            import typer
+
+            typer.echo(f"resuming from {ckpt_path} (step {resumed_step})", err=True)
     # The Trainer and the data first: settings the hardware cannot run, and data that is
     # missing or broken, fail before anything is written to the run directory.
     trainer = build_trainer(recipe, run_dir)
@@ -385,31 +452,70 @@ def run(
         history = _trim_history(read_metrics(earlier) + read_metrics(metrics_file), resumed_step)
         if history:
             write_metrics(earlier, history)
-    with machine_failures(trainer):
-        trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-    if history:
-        write_metrics(metrics_file, history + read_metrics(metrics_file))
-        earlier.unlink()
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        with machine_failures(trainer):
+            trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+    except SIGTERMException:
+        _merge_history(metrics_file, earlier, history)
+        raise _preempted(trainer, recipe_path, run_dir, started) from None
+    _merge_history(metrics_file, earlier, history)
     # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
     trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    if recipe.task != "translation":  # trainer.validate is collective: every rank takes part
-        lm_test = test_language_model(recipe, task, data, trainer)
+    if recipe.task != "translation":  # validate/test are collective: every rank takes part
+        lm_validation, lm_test = test_language_model(recipe, task, data, trainer)
     if not trainer.is_global_zero:
         return None
     summary: dict[str, Any] = {
+        "status": "completed",
         "recipe": str(recipe_path),
         "run_dir": str(run_dir),
         "steps": trainer.global_step,
         "train_wall_s": round(time.perf_counter() - started, 1),
         "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
         "validation": {k: float(v) for k, v in trainer.callback_metrics.items()
-                       if k.startswith("val/")},
+                       if k.startswith("val/")} if recipe.task == "translation" else lm_validation,
     }
     summary["test"] = (test_translation(recipe, task, data, trainer)
                        if recipe.task == "translation" else lm_test)
     summary["total_wall_s"] = round(time.perf_counter() - started, 1)
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
     return summary
+
+
+def _merge_history(metrics_file: Path, earlier: Path, history: list[dict[str, str]]) -> None:
+    """Put the rows logged before a resume back in front of this process's rows."""
+    if history:
+        write_metrics(metrics_file, history + read_metrics(metrics_file))
+        earlier.unlink()
+
+
+def _preempted(trainer, recipe_path: str | Path, run_dir: Path, started: float) -> Preempted:
+    """What to say (and record in ``summary.json``) when a signal stopped the run."""
+    import signal
+
+    stop = next(cb for cb in trainer.callbacks if type(cb).__name__ == "StopOnSignal")
+    name = signal.Signals(stop.agreed).name
+    command = f"normzoo train {recipe_path} --resume auto"
+    if run_directory_override(run_dir, recipe_path):
+        command += f" run.dir={run_dir}"
+    if trainer.is_global_zero:
+        summary = {"status": "preempted", "signal": name, "recipe": str(recipe_path),
+                   "run_dir": str(run_dir), "steps": trainer.global_step,
+                   "checkpoint": stop.saved_path, "resume": command,
+                   "train_wall_s": round(time.perf_counter() - started, 1)}
+        if stop.requeue_note:
+            summary["requeue"] = stop.requeue_note
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
+    note = f"; {stop.requeue_note}" if stop.requeue_note else ""
+    return Preempted(f"stopped by {name} at step {trainer.global_step}: saved "
+                     f"{stop.saved_path}{note}; continue with: {command}", stop.agreed)
+
+
+def run_directory_override(run_dir: Path, recipe_path: str | Path) -> bool:
+    """Whether ``run_dir`` is not the recipe's default (so a resume command must name it)."""
+    return Path(run_dir) != Path("runs") / Path(recipe_path).stem
 
 
 def _load_best(task, trainer) -> None:
@@ -421,12 +527,17 @@ def _load_best(task, trainer) -> None:
         task.load_state_dict(state)
 
 
-def test_language_model(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
-    """Task metrics of the best checkpoint on the test split (all ranks take part)."""
+def test_language_model(recipe: Recipe, task, data,
+                        trainer) -> tuple[dict[str, float], dict[str, Any]]:
+    """Task metrics of the best checkpoint on the validation split (``val/*``) and on the test
+    split (all ranks take part). The test runs as ``trainer.test`` and logs under ``test/``, so
+    its numbers never stand in for the validation metrics."""
     _load_best(task, trainer)
-    metrics = trainer.validate(task, dataloaders=data.test_dataloader(), verbose=False)
-    return {"split": recipe.data.test_split,
-            **{k.replace("val/", ""): float(v) for k, v in metrics[0].items()}}
+    validation = trainer.validate(task, dataloaders=data.val_dataloader(), verbose=False)[0]
+    test = trainer.test(task, dataloaders=data.test_dataloader(), verbose=False)[0]
+    return ({k: float(v) for k, v in validation.items()},
+            {"split": recipe.data.test_split,
+             **{k.removeprefix("test/"): float(v) for k, v in test.items()}})
 
 
 def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
     python tests/crash.py step N   normzoo-args...  # SIGKILL as training step N is about to run
     python tests/crash.py write N  normzoo-args...  # SIGKILL half-way through the N-th checkpoint
-    python tests/crash.py enospc N normzoo-args...  # the disk is full at the N-th last.ckpt write
+    python tests/crash.py enospc N normzoo-args...  # the disk is full at the N-th step-*.ckpt write
+    python tests/crash.py pause N  normzoo-args...  # at step N write ./paused, wait for ./go
+    python tests/crash.py TERM N   normzoo-args...  # SIGTERM (or USR1, ...) as step N starts
 
 SIGKILL gives the process no chance to clean up: whatever is on disk at that moment is what a
 resume has to cope with. Used by tests/test_resume.py.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -23,15 +26,16 @@ def kill_now() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_before_step(step: int) -> None:
+def kill_before_step(step: int, signum: int = signal.SIGKILL) -> None:
     from lightning.pytorch.callbacks import Callback
 
     from normzoo import train
 
     class KillAt(Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if trainer.global_step == step:
-                kill_now()
+            if trainer.global_step == step and not getattr(self, "sent", False):
+                self.sent = True  # once: a signal that only asks to stop lets the step finish
+                os.kill(os.getpid(), signum)
 
     build = train.build_trainer
 
@@ -56,7 +60,7 @@ def kill_inside_checkpoint_write(nth: int) -> None:
                 buffer = io.BytesIO()
                 writer(buffer)
                 data = buffer.getvalue()
-                with open(atomic._temporary(Path(path)), "wb") as f:
+                with open(atomic.temporary_path(Path(path)), "wb") as f:
                     f.write(data[: len(data) // 2])
                     f.flush()
                     os.fsync(f.fileno())
@@ -66,15 +70,40 @@ def kill_inside_checkpoint_write(nth: int) -> None:
     atomic.atomic_write = half_write_then_die
 
 
-def disk_full_at_last_checkpoint(nth: int) -> None:
+def pause_at_step(step: int) -> None:
+    """Stand still at ``step`` (a live run, holding its directory) until ./go appears."""
+    import time
+
+    from lightning.pytorch.callbacks import Callback
+
+    from normzoo import train
+
+    class PauseAt(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if trainer.global_step == step and not Path("paused").exists():
+                Path("paused").write_text(str(os.getpid()))
+                while not Path("go").exists():
+                    time.sleep(0.05)
+
+    build = train.build_trainer
+
+    def build_and_arm(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        trainer.callbacks.append(PauseAt())
+        return trainer
+
+    train.build_trainer = build_and_arm
+
+
+def disk_full_at_step_checkpoint(nth: int) -> None:
     from normzoo import atomic
 
-    fsync, writes = os.fsync, {"last": 0}
+    fsync, writes = os.fsync, {"step": 0}
 
     def fsync_or_full(fd: int) -> None:  # where the kernel reports ENOSPC for buffered writes
-        if ".last.ckpt.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
-            writes["last"] += 1
-            if writes["last"] == nth:
+        if re.search(r"/\.step-\d+\.ckpt\.tmp-", os.readlink(f"/proc/self/fd/{fd}")):
+            writes["step"] += 1
+            if writes["step"] == nth:
                 raise OSError(errno.ENOSPC, "No space left on device")
         fsync(fd)
 
@@ -83,8 +112,12 @@ def disk_full_at_last_checkpoint(nth: int) -> None:
 
 if __name__ == "__main__":
     mode, at, *args = sys.argv[1:]
-    {"step": kill_before_step, "write": kill_inside_checkpoint_write,
-     "enospc": disk_full_at_last_checkpoint}[mode](int(at))
+    modes = {"step": kill_before_step, "write": kill_inside_checkpoint_write,
+             "enospc": disk_full_at_step_checkpoint, "pause": pause_at_step}
+    if mode in modes:
+        modes[mode](int(at))
+    else:
+        kill_before_step(int(at), signal.Signals[f"SIG{mode}"])
     from normzoo.cli import main
 
     sys.argv = ["normzoo", *args]

@@ -10,8 +10,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,33 @@ def test_a_strategy_the_hardware_cannot_run_is_a_clear_error_and_writes_nothing(
     assert result.exit_code == 2, result.output
     assert "cannot run on this machine" in result.output
     assert not run_dir.exists()
+
+
+def test_sigterm_under_ddp_stops_both_processes_at_one_step_and_resumes_exactly(workspace):
+    # Pre-emption of a multi-process job: SIGTERM to the launching process (as a scheduler
+    # sends it) reaches both ranks; they agree on the step, save one checkpoint, exit 143
+    # without hanging, and --resume auto ends with the weights of an uninterrupted run.
+    settings = ("trainer.max_steps=30", "trainer.val_every_steps=3", "data.max_tokens=300")
+    train(workspace, "term-whole", *settings)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NORMZOO_CACHE": str(workspace / "cache")}
+    command = [sys.executable, "-m", "normzoo.cli", "train", str(workspace / "recipe.yaml"),
+               f"data.dir={workspace / 'data'}", f"run.dir={workspace / 'term'}",
+               "trainer.devices=2", "trainer.strategy=ddp", *settings]
+    live = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=workspace)
+    last = workspace / "term" / "checkpoints" / "last.ckpt"
+    for _ in range(3000):
+        if last.exists() or live.poll() is not None:
+            break
+        time.sleep(0.1)
+    live.send_signal(signal.SIGTERM)
+    _, err = live.communicate(timeout=300)
+    assert live.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in err
+    stopped = torch.load(last, weights_only=True)["global_step"]
+    assert 3 <= stopped < 30
+    assert f"stopped by SIGTERM at step {stopped}" in err
+    train(workspace, "term", *settings, extra=("--resume", "auto"))
+    whole, resumed = weights(workspace / "term-whole/checkpoints/last.ckpt"), weights(last)
+    for key in whole:
+        assert torch.equal(whole[key], resumed[key]), key

@@ -254,14 +254,78 @@ def _pad_invariance(family: str, run) -> float:
     [
         ("encoder", lambda m, t: m.encode(t)),
         ("encoder", lambda m, t: m(t)),  # the MLM head has a norm too
-        ("decoder", lambda m, t: m(t)),
-        ("encoder_decoder", lambda m, t: m(t, t)),
     ],
-    ids=["encoder-stack", "encoder-logits", "decoder-logits", "seq2seq-logits"],
+    ids=["encoder-stack", "encoder-logits"],
 )
 def test_extra_padding_does_not_change_a_batchnorm_model(family, run):
-    """Train mode, so every BatchNorm uses (and updates) batch statistics."""
+    """Train mode, so every BatchNorm uses (and updates) batch statistics. (Only encoders:
+    BatchNorm is refused where a decoder is causal, below.)"""
     assert _pad_invariance(family, run) < 1e-5
+
+
+# -- BatchNorm where a decoder is causal ---------------------------------------------------------
+
+
+def _future_leak(model: torch.nn.Module) -> float:
+    """How much the training-mode logits at positions 0..T-2 move when only token T-1 changes."""
+    tokens = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [15, 16, 17, 18, 19]])
+    changed = tokens.clone()
+    changed[:, -1] = torch.tensor([30, 31, 32])
+    model.train()
+    with torch.no_grad():
+        return (model(tokens)[:, :-1] - model(changed)[:, :-1]).abs().max().item()
+
+
+def _with_batchnorm(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every LayerNorm replaced by a masked BatchNorm, as ``model.norm:
+    batchnorm`` would have built it before normzoo refused that for causal decoders."""
+    from normzoo.nn.norms import LayerNorm, MaskedBatchNorm
+
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, LayerNorm):
+                setattr(module, name, MaskedBatchNorm(child.dim))
+    return model
+
+
+def test_batchnorm_in_a_causal_decoder_sees_the_future():
+    """Why it is refused: in training, BatchNorm's statistics mix every position of the batch,
+    so changing the last token changes the logits of the positions before it, which a causal
+    language model must never see; LayerNorm's per-token statistics do not."""
+    torch.manual_seed(8)
+    model = assemble({**BN_MODEL, "family": "decoder", "decoder_layers": 2, "norm": "layernorm"})
+    assert _future_leak(model) < 1e-6
+    leak = _future_leak(_with_batchnorm(model))
+    assert leak > 1e-2, leak
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_batchnorm_is_refused_where_a_decoder_is_causal(family):
+    with pytest.raises(ConfigError) as caught:
+        assemble({**BN_MODEL, "family": family, "decoder_layers": 2})
+    [problem] = caught.value.problems
+    assert problem.path == "model.norm"
+    assert "'batchnorm'" in problem.message
+    assert "causal" in problem.message and "later tokens" in problem.message
+    assert "layernorm" in problem.message  # what to use instead
+
+
+@pytest.mark.parametrize("recipe", ["gpt_prenorm.yaml", "quickstart.yaml"])
+def test_recipe_validate_refuses_batchnorm_with_a_causal_decoder(recipe):
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from normzoo.cli import app
+
+    path = Path(__file__).parent.parent / "recipes" / recipe
+    result = CliRunner().invoke(app, ["recipe", "validate", str(path), "model.norm=batchnorm"])
+    assert result.exit_code == 2, result.output
+    assert "model.norm: 'batchnorm'" in result.output
+    assert "causal" in result.output and "Traceback" not in result.output
+    ok = CliRunner().invoke(app, ["recipe", "validate", str(path.with_name("bert_prenorm.yaml")),
+                                  "model.norm=batchnorm"])
+    assert ok.exit_code == 0, ok.output  # an encoder (masked LM) is not causal
 
 
 def test_plain_batchnorm_would_see_the_padding():

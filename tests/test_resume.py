@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import csv
 import errno
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,10 +47,12 @@ def environment(cache: Path) -> dict[str, str]:
             "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
 
-def normzoo(args: list[str], cwd: Path, crash: list[str] | None = None):
+def normzoo(args: list[str], cwd: Path, crash: list[str] | None = None,
+            env: dict[str, str] | None = None):
     prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
         [sys.executable, "-m", "normzoo.cli"]
-    return subprocess.run([*prefix, *args], cwd=cwd, env=environment(cwd / "cache"),
+    return subprocess.run([*prefix, *args], cwd=cwd, env={**environment(cwd / "cache"),
+                                                          **(env or {})},
                           capture_output=True, text=True, timeout=300)
 
 
@@ -125,21 +129,147 @@ def test_two_crashes_in_a_row_with_worker_processes(workdir, uninterrupted):
 
 
 def test_sigkill_inside_a_checkpoint_write_then_resume(workdir, uninterrupted):
-    # Writes at step 5: step-5, best-5, last; at step 10: step-10, best-10, then last (6th).
+    # Each validation writes best-N (when the loss improved), then step-N, then links last to
+    # step-N: the 6th write is step-15, after best-15 is complete and while last is at 10.
     killed = normzoo(["train", "tiny.yaml", "run.dir=runs/torn"], workdir, ["write", "6"])
     assert killed.returncode == -signal.SIGKILL
     checkpoints = workdir / "runs" / "torn" / "checkpoints"
-    torn = [p for p in checkpoints.iterdir() if p.name.startswith(".last.ckpt.tmp-")]
+    torn = [p for p in checkpoints.iterdir() if p.name.startswith(".step-15.ckpt.tmp-")]
     assert len(torn) == 1  # the half-written file is there, under a name no one loads
     with pytest.raises(RuntimeError):  # torch cannot read a truncated archive
         load(torn[0])
-    assert load(checkpoints / "last.ckpt")["global_step"] == 5  # the previous last, whole
+    assert load(checkpoints / "last.ckpt")["global_step"] == 10  # the previous last, whole
+    assert load(checkpoints / "best-15.ckpt")["global_step"] == 15
 
     resumed = normzoo(["train", "tiny.yaml", "run.dir=runs/torn", "--resume", "auto"], workdir)
     assert resumed.returncode == 0, resumed.stderr
+    assert "best-15.ckpt" in resumed.stderr  # the newest complete checkpoint, whatever its name
     assert not any(p.name.startswith(".") for p in checkpoints.iterdir())
     assert not list(checkpoints.glob("*-v1.ckpt"))  # no collision with the killed run's files
     assert_same_run(checkpoints.parent, uninterrupted)
+
+
+def test_last_moves_at_every_checkpoint_not_only_when_the_metric_improves(workdir, uninterrupted):
+    checkpoints = uninterrupted / "checkpoints"
+    steps = sorted(load(p)["global_step"] for p in checkpoints.glob("step-*.ckpt"))
+    assert steps == [10, 15, 20, 25, 30]  # the newest trainer.keep_checkpoints (5)
+    assert (checkpoints / "last.ckpt").stat().st_size > 0
+    killed = normzoo(["train", "tiny.yaml", "run.dir=runs/lag", "eval.valid_bleu=true"],
+                     workdir, ["step", "12"])
+    assert killed.returncode == -signal.SIGKILL
+    # Validation BLEU stays 0.0 this early: best stays at step 5, last moves on regardless.
+    lag = workdir / "runs" / "lag" / "checkpoints"
+    assert [p.name for p in lag.glob("best-*.ckpt")] == ["best-5.ckpt"]
+    assert load(lag / "last.ckpt")["global_step"] == 10
+    assert (lag / "last.ckpt").stat().st_ino == (lag / "step-10.ckpt").stat().st_ino  # no copy
+
+
+def test_sigkill_at_random_steps_loses_at_most_one_interval(workdir, uninterrupted):
+    # Three kills in a row at seeded random steps, each followed by --resume auto: each resume
+    # starts at most val_every_steps (5) steps before the kill, and the finished run equals
+    # the uninterrupted one exactly.
+    import random
+
+    from normzoo.checkpointing import newest_checkpoint
+
+    kills = sorted(random.Random(12).sample(range(6, 30), 3))
+    args = ["train", "tiny.yaml", "run.dir=runs/random"]
+    checkpoints = workdir / "runs" / "random" / "checkpoints"
+    first = normzoo(args, workdir, ["step", str(kills[0])])
+    assert first.returncode == -signal.SIGKILL
+    for n, kill in enumerate(kills):
+        newest = newest_checkpoint(checkpoints)
+        assert newest is not None and kill - 5 <= newest.step <= kill, (kill, newest)
+        crash = ["step", str(kills[n + 1])] if n + 1 < len(kills) else None
+        resumed = normzoo([*args, "--resume", "auto"], workdir, crash)
+        assert resumed.returncode == (-signal.SIGKILL if crash else 0), resumed.stderr
+    assert_same_run(checkpoints.parent, uninterrupted)
+
+
+def test_killed_during_the_first_checkpoint_write(workdir, uninterrupted):
+    # The first write is best-5: nothing complete is left, and --resume auto says what to do.
+    args = ["train", "tiny.yaml", "run.dir=runs/first"]
+    assert normzoo(args, workdir, ["write", "1"]).returncode == -signal.SIGKILL
+    nothing = normzoo([*args, "--resume", "auto"], workdir)
+    assert nothing.returncode == 2 and "Traceback" not in nothing.stderr
+    assert "no complete checkpoint" in nothing.stderr and "--force" in nothing.stderr
+    # The second write is step-5: best-5 is complete, there is no last.ckpt yet.
+    args = ["train", "tiny.yaml", "run.dir=runs/second"]
+    assert normzoo(args, workdir, ["write", "2"]).returncode == -signal.SIGKILL
+    checkpoints = workdir / "runs" / "second" / "checkpoints"
+    assert not (checkpoints / "last.ckpt").exists()
+    resumed = normzoo([*args, "--resume", "auto"], workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(checkpoints.parent, uninterrupted)
+
+
+def test_sigterm_saves_the_current_step_and_exits_143(workdir, uninterrupted):
+    # SIGTERM arrives as step 13 starts: the step finishes, is checkpointed, the run stops.
+    args = ["train", "tiny.yaml", "run.dir=runs/term"]
+    stopped = normzoo(args, workdir, ["TERM", "13"])
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert "stopped by SIGTERM at step 14" in stopped.stderr
+    assert "--resume auto run.dir=runs/term" in stopped.stderr
+    run = workdir / "runs" / "term"
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 14  # not 10: nothing lost
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted" and summary["steps"] == 14
+    resumed = normzoo([*args, "--resume", "auto"], workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_run(run, uninterrupted)
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_slurm_warning_signal_checkpoints_requeues_and_the_requeued_job_resumes(
+        workdir, uninterrupted, tmp_path):
+    # SIGUSR1 (#SBATCH --signal=USR1@90) as step 14 starts; step 15 ends with a validation, so
+    # the run stops after it. A fake scontrol records the requeue; the requeued job runs the
+    # same command again (SLURM_RESTART_COUNT=1) and continues by itself.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "scontrol.args"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {record}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    args = ["train", "tiny.yaml", "run.dir=runs/slurm"]
+    stopped = normzoo(args, workdir, ["USR1", "14"], slurm)
+    assert stopped.returncode == 128 + signal.SIGUSR1, stopped.stderr
+    assert "requeued SLURM job 4242" in stopped.stderr
+    assert record.read_text().split() == ["requeue", "4242"]
+    run = workdir / "runs" / "slurm"
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 15
+    again = normzoo(args, workdir, env={**slurm, "SLURM_RESTART_COUNT": "1"})
+    assert again.returncode == 0, again.stderr
+    assert "resuming" in again.stderr
+    assert_same_run(run, uninterrupted)
+
+
+def test_a_second_process_on_a_live_run_is_refused_and_the_run_finishes_intact(
+        workdir, uninterrupted):
+    live_dir = workdir / "live"
+    live_dir.mkdir()
+    (live_dir / "tiny.yaml").write_text((workdir / "tiny.yaml").read_text())
+    args = ["train", "tiny.yaml", "run.dir=runs/live"]
+    live = subprocess.Popen([sys.executable, str(HERE / "crash.py"), "pause", "12", *args],
+                            cwd=live_dir, env=environment(workdir / "cache"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if (live_dir / "paused").exists() or live.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (live_dir / "paused").exists(), live.communicate()
+        for extra in (["--resume", "auto"], ["--force"], []):
+            other = normzoo([*args, *extra], live_dir)
+            assert other.returncode == 2, other.stderr
+            assert f"in use by process {live.pid}" in other.stderr, other.stderr
+            assert "Traceback" not in other.stderr
+    finally:
+        (live_dir / "go").write_text("")
+        _, err = live.communicate(timeout=300)
+    assert live.returncode == 0, err
+    assert_same_run(live_dir / "runs" / "live", uninterrupted)
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(workdir, uninterrupted):
@@ -190,6 +320,7 @@ def test_a_full_disk_while_saving_exits_1_and_keeps_the_last_checkpoint(workdir)
     assert "disk is full" in result.stderr and "Traceback" not in result.stderr
     checkpoints = workdir / "runs" / "full" / "checkpoints"
     assert load(checkpoints / "last.ckpt")["global_step"] == 5  # the first last.ckpt, whole
+    assert not list(checkpoints.glob("step-10*"))
     assert not any(p.name.startswith(".") for p in checkpoints.iterdir())
 
 

@@ -99,18 +99,26 @@ def kurtosis(w: torch.Tensor) -> float:
 
 
 def check_role_gains(model: nn.Module, scheme: str, family: str) -> int:
-    """Every role's matrix of every sublayer has the std of xavier_normal with its gain."""
+    """Every role's matrix of every sublayer has the std of xavier_normal with its gain.
+
+    Sub-LN leaves cross-attention at the blocks' default init (xavier_uniform, gain 1), as
+    torchscale's decoder skips ``encoder_attn`` when it scales by gamma.
+    """
     checked = 0
     for stack_name, stack in stacks(model).items():
         gain = GAINS[scheme][family][stack_name]
         for i, layer in enumerate(stack.layers):
             for sub_name, sub in sublayers(layer).items():
+                default_init = scheme == "subln" and sub_name == "cross_attn"
                 for role, weight in sub.role_weights().items():
-                    expected = xavier_std(1.0 if role in UNIT_ROLES else gain, weight)
+                    unit = role in UNIT_ROLES or default_init
+                    expected = xavier_std(1.0 if unit else gain, weight)
                     where = f"{stack_name}.layers[{i}].{sub_name} role {role}"
                     assert weight.std().item() == pytest.approx(expected, rel=0.04), where
-                    # xavier_normal, not the blocks' default xavier_uniform (kurtosis 1.8)
-                    assert 2.8 < kurtosis(weight) < 3.2, where
+                    if default_init:  # the blocks' default xavier_uniform (kurtosis 1.8)
+                        assert 1.7 < kurtosis(weight) < 1.9, where
+                    else:  # xavier_normal, not the blocks' default
+                        assert 2.8 < kurtosis(weight) < 3.2, where
                     checked += 1
     return checked
 
@@ -137,6 +145,37 @@ def test_gains_land_on_gated_ffn(scheme: str) -> None:
     ffn_roles = set(sublayers(model.decoder.layers[0])["ffn"].role_weights())
     assert ffn_roles == {"ffn_in", "ffn_gate", "ffn_out"}
     check_role_gains(model, scheme, "decoder")
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused_qkv", "separate_qkv"])
+def test_subln_cross_attention_follows_torchscale(fused: bool) -> None:
+    """torchscale's encoder-decoder ``DecoderLayer`` with ``subln=True``: an inner LN in
+    self-attention and in the feed-forward, none in the encoder-decoder attention
+    (``MultiheadAttention`` builds ``inner_attn_ln`` only for self-attention), and the decoder's
+    gamma = sqrt(ln 3M) scales fc1, fc2, out_proj, v_proj except in ``encoder_attn``."""
+    model = build("encoder_decoder", "subln", WIDE, fused_qkv=fused)
+    gamma = GAINS["subln"]["encoder_decoder"]["decoder"]
+    for layer in model.decoder.layers:
+        assert isinstance(layer.self_attn.inner_norm, LayerNorm)
+        assert isinstance(layer.ffn.inner_norm, LayerNorm)
+        assert isinstance(layer.cross_attn.inner_norm, nn.Identity), "no inner LN in cross-attn"
+        for role, weight in layer.cross_attn.role_weights().items():
+            assert weight.std().item() == pytest.approx(xavier_std(1.0, weight), rel=0.04), role
+            assert 1.7 < kurtosis(weight) < 1.9, f"cross {role}: the default xavier_uniform"
+        v = layer.self_attn.role_weights()["v"]
+        assert v.std().item() == pytest.approx(xavier_std(gamma, v), rel=0.04)
+
+
+def test_subln_cross_attention_option_keeps_inner_norm_and_gamma() -> None:
+    """``cross_attention: subln``: cross-attention gets an inner LN and gamma like the others."""
+    model = build("encoder_decoder", {"name": "subln", "cross_attention": "subln"}, WIDE)
+    gamma = GAINS["subln"]["encoder_decoder"]["decoder"]
+    for layer in model.decoder.layers:
+        assert isinstance(layer.cross_attn.inner_norm, LayerNorm)
+        for role, weight in layer.cross_attn.role_weights().items():
+            gain = 1.0 if role in UNIT_ROLES else gamma
+            assert weight.std().item() == pytest.approx(xavier_std(gain, weight), rel=0.04), role
+            assert 2.8 < kurtosis(weight) < 3.2, role
 
 
 def test_gain_test_tells_the_fused_qkv_bugs_apart() -> None:
@@ -289,13 +328,16 @@ FINAL = {"pre", "sandwich", "subln", "layerscale", "peri", "mixln", "resi_dual"}
 def test_norm_count_per_stack(scheme: str, family: str) -> None:
     """Every stack holds exactly the norms its scheme's table row asks for, no more, no fewer.
 
-    subln's second norm per sublayer is the inner one (before W_o / W_2); resi_dual's "final" one
+    subln's second norm per sublayer is the inner one (before W_o / W_2; cross-attention has
+    none, as in torchscale); resi_dual's "final" one
     is the dual stream's LN; mixln (L = 3 and 2 here, floor(L/4) = 0) is all Pre-LN.
     """
     model = build(family, scheme, SMALL)
     for name, stack in stacks(model).items():
         per_layer = 3 if name == "decoder" and family == "encoder_decoder" else 2
         expected = NORMS_PER_SUBLAYER[scheme] * per_layer * len(stack.layers)
+        if scheme == "subln" and per_layer == 3:  # no inner norm in cross-attention
+            expected -= len(stack.layers)
         expected += (scheme in FINAL) + (scheme == "peri")
         assert len(_norms(stack)) == expected, name
         assert isinstance(stack.embedding_norm, LayerNorm) is (scheme == "peri"), name
@@ -342,57 +384,66 @@ def test_resi_dual_final_norm_only_at_stack_end(family: str) -> None:
 # -- Admin profiling on a real model -----------------------------------------------------------
 
 
-def test_admin_profile_on_assembled_model() -> None:
-    """profile sets w_i = sqrt(Var[x_0] + sum_{j<i} Var[f_j]) per stack, in forward order.
+def _real_variance(t: torch.Tensor, pad: torch.Tensor) -> float:
+    """Population variance over the real (non-pad) tokens' values, in float64."""
+    flat = t[~pad].double().flatten()
+    return ((flat - flat.mean()) ** 2).mean().item()
 
-    The variances are captured here with hooks on the sublayers, independently of Admin's own
-    bookkeeping.
-    """
+
+def _profile_by_hand(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> dict:
+    """Transformer-Clinic's profiling, layer by layer from the model's own modules (dropout 0):
+    per stack a ratio starts at 1; each residual connection in forward order takes w = ratio
+    and updates ratio = sqrt(Var[w x] + Var[f(x)]) over the real tokens; then x = LN(w x + f(x)).
+    The decoder's cross-attention counts as a branch; it reads the profiled encoder's output."""
+    src_pad, tgt_pad = src.eq(model.pad_id), tgt.eq(model.pad_id)
+    ws: dict[str, list[float]] = {}
+
+    def run(name, x, pad, steps_of):
+        ratio, ws[name] = 1.0, []
+        for layer in getattr(model, name).layers:
+            for residual, f in steps_of(layer):
+                w = ratio
+                ws[name].append(w)
+                branch = f(x)
+                ratio = math.sqrt(_real_variance(w * x, pad) + _real_variance(branch, pad))
+                x = residual.norm(w * x + branch)
+        return x
+
+    with torch.no_grad():
+        memory = run("encoder", model.encoder_embeddings(src), src_pad, lambda layer: [
+            (layer.self_attn_residual, lambda h: layer.self_attn(h, key_padding_mask=src_pad)),
+            (layer.ffn_residual, layer.ffn)])
+        run("decoder", model.decoder_embeddings(tgt), tgt_pad, lambda layer: [
+            (layer.self_attn_residual, lambda h: layer.self_attn(h, causal=True)),
+            (layer.cross_attn_residual,
+             lambda h: layer.cross_attn(h, memory, key_padding_mask=src_pad)),
+            (layer.ffn_residual, layer.ffn)])
+    return ws
+
+
+def test_admin_profile_on_assembled_model() -> None:
+    """profile() on a padded batch equals the reference procedure computed by hand."""
     model = build("encoder_decoder", {"name": "admin", "init": "profiled"}, SMALL)
     model.train()
     gen = torch.Generator().manual_seed(4)
-    src = torch.randint(1, VOCAB, (2, 6), generator=gen)
-    tgt = torch.randint(1, VOCAB, (2, 5), generator=gen)
+    src = torch.randint(1, VOCAB, (3, 7), generator=gen)
+    tgt = torch.randint(1, VOCAB, (3, 6), generator=gen)
+    src[1, 4:], src[2, 2:], tgt[2, 3:] = 0, 0, 0  # right padding, kept out of the variances
 
     result = profile(model, lambda: model(src, tgt))
-    assert model.training, "profile restores the training mode"
+    assert model.training
     for name, stack in stacks(model).items():
         residuals = sorted(
             (m for m in stack.modules() if isinstance(m, AdminResidual)), key=lambda m: m.site.index
         )
         set_to = [m.omega.detach().unique().tolist() for m in residuals]
         assert set_to == [[pytest.approx(w)] for w in result[name]], "w written into the model"
+        recorded = [m.profiled_omega.item() for m in residuals]
+        assert recorded == pytest.approx(result[name]), "the profiled w kept in a buffer"
 
-    captured: dict[str, list[float]] = {}
-    handles = []
-    for name, stack in stacks(model).items():
-        captured[name] = []
-        first = stack.layers[0].self_attn_residual
-        handles.append(
-            first.register_forward_pre_hook(
-                lambda _m, args, n=name: captured[n].append(args[0].var().item())
-            )
-        )
-        for layer in stack.layers:
-            for sub in sublayers(layer).values():
-                handles.append(
-                    sub.register_forward_hook(
-                        lambda _m, _a, out, n=name: captured[n].append(out.var().item())
-                    )
-                )
-    with torch.no_grad():
-        for module in model.modules():  # reproduce the profiling pass: every w = 1, eval mode
-            if isinstance(module, AdminResidual):
-                module.omega.fill_(1.0)
-        model.eval()
-        model(src, tgt)
-    for handle in handles:
-        handle.remove()
-
+    expected = _profile_by_hand(model, src, tgt)
     assert set(result) == {"encoder", "decoder"}
-    for name, stack in stacks(model).items():
-        per_layer = 3 if name == "decoder" else 2
-        variances = captured[name]
-        assert len(variances) == 1 + per_layer * len(stack.layers)
-        expected = [math.sqrt(sum(variances[: i + 1])) for i in range(len(variances) - 1)]
-        assert result[name] == pytest.approx(expected, rel=1e-4), name
+    assert len(result["encoder"]) == 2 * 2 and len(result["decoder"]) == 3 * 3
+    for name in ("encoder", "decoder"):
+        assert result[name][0] == 1.0 and min(result[name][1:]) > 1.0
+        assert result[name] == pytest.approx(expected[name], rel=1e-5), name

@@ -464,8 +464,22 @@ def test_embedding_norm_only_for_peri(name: str, stack_name: str) -> None:
 @ALL_STACKS
 @ALL_KINDS
 def test_inner_norm_only_for_subln(name: str, stack_name: str, kind: SublayerKind) -> None:
+    """Sub-LN's inner norms sit in self-attention and the feed-forward; cross-attention has none
+    by default (torchscale builds its encoder-decoder attention without ``inner_attn_ln``)."""
     site = Site(STACKS[stack_name], 0, kind)
-    assert SCHEMES[name](STACKS[stack_name]).inner_norm(site) is (name == "subln")
+    expected = name == "subln" and kind is not SublayerKind.CROSS_ATTN
+    assert SCHEMES[name](STACKS[stack_name]).inner_norm(site) is expected
+
+
+@ALL_KINDS
+def test_subln_cross_attention_option(kind: SublayerKind) -> None:
+    """``cross_attention: subln`` puts the inner norm into cross-attention too, with gamma."""
+    stack = STACKS["enc_dec_decoder"]
+    site = Site(stack, 0, kind)
+    assert SubLN(stack).cross_attention == "reference"
+    assert SubLN(stack, cross_attention="reference").inner_norm(site) is (
+        kind is not SublayerKind.CROSS_ATTN)
+    assert SubLN(stack, cross_attention="subln").inner_norm(site) is True
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
@@ -650,11 +664,20 @@ class ProfiledChain(nn.Module):
                 x = residual(x, f)
 
 
-def test_admin_profile_sets_w_from_branch_variances() -> None:
-    """w_i = sqrt(Var[x_0] + sum_{j<i} Var[f_j]), per stack, measured with every w = 1."""
+def _population_variance(t: torch.Tensor) -> float:
+    """``np.var`` of the flattened tensor, as Transformer-Clinic computes it (in float64)."""
+    flat = t.double().flatten()
+    return ((flat - flat.mean()) ** 2).mean().item()
+
+
+def test_admin_profile_follows_transformer_clinic() -> None:
+    """Transformer-Clinic's ``adaptive-profiling`` (``fairseq/modules/transformer_layer.py``),
+    written out here from the stubs: per stack a ratio starts at 1; each residual connection in
+    forward order takes w_i = ratio, runs with it, and updates
+    ratio = sqrt(Var[w_i * x_{i-1}] + Var[f_i(x_{i-1})]), so later branches see the earlier w."""
     chain = ProfiledChain()
     inputs = {"encoder": stream(1), "decoder": 3 * stream(2)}
-    with torch.no_grad():  # profiling must reset w to 1 before measuring
+    with torch.no_grad():  # profiling starts from the model's w, whatever they are
         for module in chain.modules():
             if isinstance(module, AdminResidual):
                 module.omega.fill_(5.0)
@@ -664,18 +687,29 @@ def test_admin_profile_sets_w_from_branch_variances() -> None:
 
     assert set(result) == {"encoder", "decoder"}
     for which, x in inputs.items():
-        expected, total = [], x.var().item()
+        expected, ratio = [], 1.0
         with torch.no_grad():
             for residual, f in zip(chain.ordered(which), chain.fs[which], strict=True):
-                expected.append(math.sqrt(total))
+                w = ratio
+                expected.append(w)
                 branch = f.map(x)
-                total += branch.var().item()
-                x = residual.norm(1.0 * x + branch)  # w = 1 while profiling
-        assert result[which] == pytest.approx(expected, rel=1e-5)
+                ratio = math.sqrt(_population_variance(w * x) + _population_variance(branch))
+                x = residual.norm(w * x + branch)
+        assert expected[0] == 1.0 and len(set(expected)) == len(expected)
+        assert result[which] == pytest.approx(expected, rel=1e-6)
         for residual, w in zip(chain.ordered(which), expected, strict=True):
             torch.testing.assert_close(residual.omega.detach(), torch.full((DIM,), w))
-            assert residual.recorded is None
-    assert chain.training, "profile restores the training mode"
+            assert residual.profiled_omega.item() == pytest.approx(w, rel=1e-6), "recorded"
+    assert chain.training, "profile keeps the training mode (the reference profiles in training)"
+
+
+def test_admin_profiled_omega_is_a_buffer_only_for_profiled_init() -> None:
+    """The profiled w travels in the state dict (checkpoints, exports); closed form adds nothing."""
+    stack = STACKS["enc_dec_decoder"]
+    profiled = Admin(stack, init="profiled").residual(Site(stack, 0, SublayerKind.FFN), NormMaker())
+    assert profiled.state_dict()["profiled_omega"].item() == 0.0, "0 until profiled"
+    closed = Admin(stack).residual(Site(stack, 0, SublayerKind.FFN), NormMaker())
+    assert "profiled_omega" not in closed.state_dict()
 
 
 def test_admin_profile_without_admin_modules_is_empty() -> None:

@@ -19,6 +19,7 @@ import torch
 from normzoo import train
 from normzoo.data import builtin
 from normzoo.data.tokenizer import Tokenizer
+from normzoo.errors import ConfigError
 from normzoo.recipe import Recipe, from_dict, load
 from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
 
@@ -225,7 +226,7 @@ def test_a_second_run_into_the_same_directory(finished_run, monkeypatch: pytest.
     forced = e2e_recipe(other)
     with pytest.raises(Started):
         train.run(forced, "x.yaml", force=True)
-    assert sorted(p.name for p in other.iterdir()) == ["recipe.yaml", "tokenizer.json"]
+    assert sorted(p.name for p in other.iterdir()) == [".lock", "recipe.yaml", "tokenizer.json"]
     assert load(other / "recipe.yaml") == forced
 
 
@@ -252,3 +253,155 @@ def test_broken_data_fails_before_the_run_directory_is_created(tmp_path: Path):
     with pytest.raises(DataError, match="line-aligned"):
         train.run(recipe, "broken.yaml")
     assert not (tmp_path / "run").exists()
+
+
+# -- language models: validation and test each report their own split ----------------------------
+
+
+def _best_score(checkpoint: Path) -> float:
+    """The monitored validation metric of the best checkpoint, as ModelCheckpoint recorded it
+    during training."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["callbacks"]
+    (best,) = [v["best_model_score"] for k, v in state.items()
+               if k.startswith("ModelCheckpoint") and "'monitor': 'val/loss'" in k]
+    return float(best)
+
+
+@pytest.mark.parametrize("task_name", ["causal_lm", "mlm"])
+def test_language_model_summary_reports_each_split(task_name: str, text_dir: Path,
+                                                    tmp_path: Path):
+    """summary.json's ``validation`` is the validation split's metrics and ``test`` the test
+    split's, both of the best checkpoint: the validation loss is the one that made it the best,
+    and (causal LM) each equals ``normzoo evaluate --split`` of it. (MLM masks depend on how
+    evaluate batches, so its numbers are not comparable.)
+
+    The final test used to run ``trainer.validate`` on the test split, which overwrote the
+    ``val/*`` metrics that the summary then reported as validation.
+    """
+    from typer.testing import CliRunner
+
+    from normzoo.cli import app
+
+    recipe = tiny(task_name, {"source": "files", "dir": str(text_dir), "valid_limit": None},
+                  run={"dir": str(tmp_path / "run")},
+                  trainer={"max_steps": 20, "val_every_steps": 10})
+    summary = train.run(recipe, "x.yaml")
+    best = summary["best_checkpoint"]
+    validation, test = summary["validation"], summary["test"]
+    assert test["split"] == "test"
+    assert validation["val/loss"] == pytest.approx(_best_score(Path(best)), abs=1e-5)
+    assert validation["val/loss"] != pytest.approx(test["loss"], abs=1e-3)
+    if task_name == "mlm":
+        assert set(validation) == {"val/loss", "val/mlm_acc"}
+        assert set(test) == {"split", "loss", "mlm_acc"}
+        return
+    scores = {}
+    for split in ("valid", "test"):
+        result = CliRunner().invoke(app, ["evaluate", best, "--split", split, "--json"])
+        assert result.exit_code == 0, result.output
+        scores[split] = json.loads(result.output)
+    assert validation["val/loss"] == pytest.approx(scores["valid"]["loss"], abs=2e-4)
+    assert validation["val/ppl"] == pytest.approx(scores["valid"]["ppl"], abs=2e-3)
+    assert test["loss"] == pytest.approx(scores["test"]["loss"], abs=2e-4)
+    assert test["ppl"] == pytest.approx(scores["test"]["ppl"], abs=2e-3)
+
+
+# -- Admin with init: profiled is profiled when training starts -----------------------------------
+
+
+def _admin_recipe(run_dir: Path, text_dir: Path, steps: int) -> Recipe:
+    return tiny("causal_lm", {"source": "files", "dir": str(text_dir)},
+                model={"residual": {"name": "admin", "init": "profiled"}, "decoder_layers": 2},
+                run={"dir": str(run_dir)}, trainer={"max_steps": steps, "val_every_steps": 10})
+
+
+def _recorded_omegas(checkpoint: Path) -> list[float]:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    return [state[k].item() for k in state if k.endswith(".profiled_omega")]
+
+
+def test_admin_profiled_at_the_start_of_training_and_not_on_resume(
+    text_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The first training batch profiles w (Transformer-Clinic's procedure, once, in site
+    order); the checkpoint records them; a resumed run keeps them and does not profile again."""
+    from normzoo.residual import admin
+
+    calls = []
+    original = admin.profile
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(admin, "profile", counting)
+    run_dir = tmp_path / "run"
+    recipe = _admin_recipe(run_dir, text_dir, steps=10)
+    train.run(recipe, "x.yaml")
+    assert len(calls) == 1
+    last = run_dir / "checkpoints" / "last.ckpt"
+    recorded = _recorded_omegas(last)
+
+    # The same procedure, by itself, on the same initial model and the same first batch.
+    tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
+    module = TextDataModule(recipe, tokenizer)
+    module.setup("fit")
+    L.seed_everything(recipe.seed, workers=True, verbose=False)
+    task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
+                                         tokenizer.to_str())
+    first = next(iter(module.train_dataloader()))
+    expected = original(task.train().model, lambda: task.forward_batch(first))["decoder"]
+    assert len(expected) == 2 * 2 and expected[0] == 1.0 and min(expected[1:]) > 1.0
+    assert recorded == pytest.approx(expected, rel=1e-5)
+    saved = torch.load(last, map_location="cpu", weights_only=True)
+    assert saved["normzoo"]["admin_omega"] == {"decoder": pytest.approx(expected, rel=1e-5)}
+    omegas = [v for k, v in saved["state_dict"].items() if k.endswith(".omega")]
+    assert len(omegas) == 4 and all(not torch.allclose(w, torch.ones_like(w)) for w in omegas)
+
+    longer = _admin_recipe(run_dir, text_dir, steps=20)
+    train.run(longer, "x.yaml", resume="auto")
+    assert len(calls) == 1, "a resumed run keeps the profiled w"
+    assert _recorded_omegas(last) == recorded
+    assert torch.load(last, weights_only=True)["global_step"] == 20
+
+
+def test_admin_profile_takes_rank_zero_values_and_leaves_the_generators(text_dir: Path):
+    """Under several processes every one takes rank 0's w (the reference profiles on one GPU),
+    so the replicas agree; profiling draws nothing from the run's generators."""
+    from types import SimpleNamespace
+
+    recipe = _admin_recipe(text_dir / "unused", text_dir, steps=1)
+    recipe = from_dict({**recipe.to_dict(),
+                        "model": {**recipe.to_dict()["model"], "dropout": 0.3}})
+    tokenizer = fit_tokenizer(recipe)
+    task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
+                                         tokenizer.to_str())
+    module = TextDataModule(recipe, tokenizer)
+    module.setup("fit")
+    batch = next(iter(module.train_dataloader()))
+    rank0 = {"decoder": [1.0, 1.5, 2.0, 2.5]}
+    sent = []
+
+    def broadcast(obj, src=0):
+        sent.append((obj, src))
+        return rank0
+
+    task._trainer = SimpleNamespace(world_size=2, strategy=SimpleNamespace(broadcast=broadcast))
+    task.train()
+    before = torch.random.get_rng_state()
+    assert task.profile_admin(batch) == rank0
+    assert torch.equal(torch.random.get_rng_state(), before)
+    (own, src), = sent
+    assert src == 0 and own["decoder"] != rank0["decoder"]  # its own batch's values were sent
+    state = task.model.state_dict()
+    assert [state[k].item() for k in state if k.endswith("profiled_omega")] == rank0["decoder"]
+    omegas = [state[k] for k in state if k.endswith(".omega")]
+    assert [w.unique().item() for w in omegas] == rank0["decoder"]
+
+
+def test_admin_profiled_is_refused_under_fsdp():
+    with pytest.raises(ConfigError) as caught:
+        from_dict({"task": "translation", "trainer": {"strategy": "fsdp"},
+                   "model": {"residual": {"name": "admin", "init": "profiled"}}})
+    assert [p.path for p in caught.value.problems] == ["model.residual.init"]
+    assert "fsdp" in str(caught.value)

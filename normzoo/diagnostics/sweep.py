@@ -74,6 +74,7 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
              steps: int | None) -> dict[str, Any]:
     """Train one cell (unless it already finished) and return its result row."""
     from normzoo import recipe as recipes
+    from normzoo.checkpointing import newest_checkpoint
     from normzoo.diagnostics.callbacks import DivergenceError
     from normzoo.train import monitored_metric, run
 
@@ -88,8 +89,10 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
     resolved = recipes.load(recipe_path, overrides)
     metric, _ = monitored_metric(resolved)
     row: dict[str, Any] = {"cell": name, **cell, "metric": metric}
+    # A cell that was killed or pre-empted continues from its newest checkpoint.
+    resume = "auto" if newest_checkpoint(run_dir / "checkpoints") else None
     try:
-        summary = run(resolved, recipe_path, force=True)
+        summary = run(resolved, recipe_path, force=resume is None, resume=resume)
         row.update(status="ok", diverged_at_step="", steps=summary["steps"],
                    metric_value=summary["validation"].get(metric, ""),
                    test_bleu=summary.get("test", {}).get("bleu", ""))

@@ -81,6 +81,25 @@ def _collect(problems: list[Problem], fn: Callable[[], Any]) -> Any:
     return None
 
 
+def _causal_norm_problem(config: ModelConfig) -> Problem | None:
+    """A norm whose statistics mix positions (``mixes_positions = True``, BatchNorm) cannot sit
+    in a causal decoder: in training, every position's output would depend on later tokens.
+
+    ``model.norm`` serves both stacks, so an encoder-decoder is refused too.
+    """
+    if config.family == "encoder":
+        return None
+    if not getattr(registry.norms.get(config.norm.name), "mixes_positions", False):
+        return None
+    return Problem(
+        "model.norm",
+        f"'{config.norm.name}' cannot be used in a causal decoder (model.family "
+        f"'{config.family}'): in training its statistics mix all positions of the batch, so "
+        "each position's output depends on later tokens, the ones it is trained to predict; "
+        "use a per-token norm (layernorm, rmsnorm, scalenorm, dyt), or an encoder (task mlm)",
+    )
+
+
 def check(config: ModelConfig | dict[str, Any]) -> ModelConfig:
     """Validate ``config`` structurally and against the registry; raise with every problem."""
     config = ModelConfig.parse(config)
@@ -94,6 +113,10 @@ def check(config: ModelConfig | dict[str, Any]) -> ModelConfig:
     for p in problems[count:]:
         if not p.path:
             object.__setattr__(p, "path", "model.residual")
+    if make_norm is not None:
+        problem = _causal_norm_problem(config)
+        if problem is not None:
+            problems.append(problem)
     if make_norm is not None and schemes and schemes[0] is not None:
         norm_cls = registry.norms.get(config.norm.name)
         for scheme in schemes:

@@ -6,6 +6,8 @@ cast back to the input dtype.
 
 A norm class may set ``supports_stream_norm = False`` when it cannot stand on the residual stream
 itself (Post-LN placement); residual schemes that put a norm there then refuse it at assembly.
+A norm class sets ``mixes_positions = True`` when its output at one token depends on other tokens
+(batch statistics); models with a causal decoder refuse it at assembly.
 """
 
 from __future__ import annotations
@@ -117,9 +119,14 @@ class MaskedBatchNorm(nn.Module):
     so a batch's statistics depend on how much padding it has. Here the mask published by the
     enclosing stack (:mod:`normzoo.nn.padding`) selects the real tokens. Running statistics are
     kept in float32 and used in eval mode, as in ``nn.BatchNorm1d``.
+
+    In training the statistics mix every position of the batch, so a position's output depends
+    on later tokens: ``mixes_positions`` makes normzoo refuse it where a decoder is causal
+    (decoder-only and encoder-decoder models), where it would leak the future.
     """
 
     supports_stream_norm = True
+    mixes_positions = True
 
     def __init__(
         self,

@@ -7,8 +7,23 @@
 * ``output_change: logn`` (default): w = sqrt((L + 1) / ln(L + 1) - 1)
 * ``output_change: one``: w = sqrt(L)
 
-``init: profiled`` starts from w = 1 and sets w_i = sqrt(Var[x_0] + sum_{j<i} Var[f_j]) from one
-forward pass on real data (:func:`profile`), the paper's Algorithm 1.
+``init: profiled`` sets w from the variances of one forward pass on the first training batch
+(:func:`profile`, called by the task when training starts; a resumed run keeps the w of its
+checkpoint), as the paper's reference implementation, Transformer-Clinic's
+``--init-type adaptive-profiling`` (``fairseq/modules/transformer_layer.py``), does: each stack
+keeps a running ratio that starts at 1; every residual connection, in forward order, takes
+w_i = ratio, runs with it, and updates
+
+    ratio = sqrt(Var[w_i * x_{i-1}] + Var[f_i(x_{i-1})])
+
+so that w_1 = 1 and, for i >= 2, w_i^2 is about Var[x_0] + sum_{j<i} Var[f_j] (the later x are
+LN outputs of variance about 1), each branch measured as it runs under the earlier, already
+profiled w. The decoder's cross-attention counts as a branch. Var is the population variance
+over every value of the tensor (the reference's ``np.var``), here over the real tokens only:
+padding depends on how a batch happens to be padded. The pass runs in training mode, dropout
+included, as the reference profiles during its first training step. Each w is also kept in the
+buffer ``profiled_omega`` (0 until profiled), so checkpoints and exports record it after
+training has moved w.
 """
 
 from __future__ import annotations
@@ -20,6 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from normzoo.nn.padding import current_padding_mask
 from normzoo.residual.base import (
     NormFactory,
     Residual,
@@ -37,19 +53,51 @@ def admin_omega(num_sublayers: int, output_change: str = "logn") -> float:
     return math.sqrt(num_sublayers)
 
 
+class _StackProfile:
+    """One stack's running ratio while profiling (the reference's ``encoder_ratio`` and
+    ``decoder_ratio``), and the residual connections in the order they ran."""
+
+    def __init__(self) -> None:
+        self.ratio = 1.0
+        self.visited: list[AdminResidual] = []
+
+    def visit(self, module: AdminResidual, x: torch.Tensor, branch: torch.Tensor) -> float:
+        """Set ``module``'s w to the ratio and advance the ratio past this connection."""
+        omega = self.ratio
+        module.set_omega(omega)
+        self.visited.append(module)
+        keep = current_padding_mask()
+        keep = None if keep is None or keep.shape != x.shape[:-1] else ~keep
+        self.ratio = math.sqrt(omega**2 * _variance(x, keep) + _variance(branch, keep))
+        return omega
+
+
+def _variance(t: torch.Tensor, keep: torch.Tensor | None) -> float:
+    """Population variance of every value of ``t`` (of the tokens in ``keep``), in float64."""
+    values = (t if keep is None else t[keep]).detach().double()
+    return values.var(unbiased=False).item() if values.numel() else 0.0
+
+
 class AdminResidual(Residual):
-    def __init__(self, norm, dim: int, omega: float, site: Site) -> None:
+    def __init__(self, norm, dim: int, omega: float, site: Site, profiled: bool = False) -> None:
         super().__init__()
         self.norm = norm
         self.omega = nn.Parameter(torch.full((dim,), float(omega)))
         self.site = site
-        self.recorded: dict[str, float] | None = None  # set while profiling
+        if profiled:
+            self.register_buffer("profiled_omega", torch.zeros(()))
+        self.profiling: _StackProfile | None = None  # set while profile() runs
+
+    @torch.no_grad()
+    def set_omega(self, value: float) -> None:
+        self.omega.fill_(value)
+        if hasattr(self, "profiled_omega"):
+            self.profiled_omega.fill_(value)
 
     def forward(self, x, f: Sublayer):
         branch = f(x)
-        if self.recorded is not None:
-            self.recorded["input"] = x.float().var().item()
-            self.recorded["branch"] = branch.float().var().item()
+        if self.profiling is not None and self not in self.profiling.visited:
+            self.profiling.visit(self, x, branch)
         return self.norm(self.omega * x + branch)
 
 
@@ -67,45 +115,62 @@ class Admin(ResidualScheme):
         self.omega = 1.0 if init == "profiled" else admin_omega(stack.num_sublayers, output_change)
 
     def residual(self, site: Site, make_norm: NormFactory) -> Residual:
-        return AdminResidual(make_norm(), self.stack.dim, self.omega, site)
+        return AdminResidual(make_norm(), self.stack.dim, self.omega, site,
+                             profiled=self.init == "profiled")
 
     def normalizes_stream(self) -> bool:
         return True
 
 
+def _by_stack(model: nn.Module) -> dict[str, list[AdminResidual]]:
+    """The model's Admin residual connections per stack, in site (forward) order."""
+    stacks: dict[str, list[AdminResidual]] = {}
+    for module in model.modules():
+        if isinstance(module, AdminResidual):
+            stacks.setdefault(module.site.stack.stack, []).append(module)
+    return {name: sorted(modules, key=lambda m: m.site.index) for name, modules in stacks.items()}
+
+
 @torch.no_grad()
 def profile(model: nn.Module, run_forward: Callable[[], Any]) -> dict[str, list[float]]:
-    """Set every Admin w from the branch variances of one forward pass (``run_forward()``).
-
-    Each stack is profiled separately: w_i = sqrt(Var[x_0] + sum_{j<i} Var[f_j(x_{j-1})]).
-    Returns the w values per stack, in forward order.
-    """
-    residuals = [m for m in model.modules() if isinstance(m, AdminResidual)]
-    if not residuals:
+    """Set every Admin w of ``model`` by the reference's profiling of one forward pass
+    (``run_forward()``, run in the model's current mode); return the w per stack, in forward
+    order. See the module docstring for the procedure."""
+    stacks = _by_stack(model)
+    if not stacks:
         return {}
-    for module in residuals:
-        module.omega.fill_(1.0)
-        module.recorded = {}
-    was_training = model.training
-    model.eval()
+    profiles = {name: _StackProfile() for name in stacks}
+    for name, modules in stacks.items():
+        for module in modules:
+            module.profiling = profiles[name]
     try:
         run_forward()
     finally:
-        model.train(was_training)
-    by_stack: dict[str, list[AdminResidual]] = {}
-    for module in residuals:
-        by_stack.setdefault(module.site.stack.stack, []).append(module)
-    result = {}
-    for stack, modules in by_stack.items():
-        modules.sort(key=lambda m: m.site.index)
-        total = modules[0].recorded["input"]
-        values = []
-        for module in modules:
-            omega = math.sqrt(total)
-            module.omega.fill_(omega)
-            values.append(omega)
-            total += module.recorded["branch"]
-        result[stack] = values
-    for module in residuals:
-        module.recorded = None
-    return result
+        for modules in stacks.values():
+            for module in modules:
+                module.profiling = None
+    for name, modules in stacks.items():
+        ran = profiles[name].visited
+        if ran != modules:
+            raise RuntimeError(f"Admin profiling: the forward pass ran {len(ran)} of the {name} "
+                               f"stack's {len(modules)} residual connections, or not in order")
+    return {name: [m.omega[0].item() for m in modules] for name, modules in stacks.items()}
+
+
+@torch.no_grad()
+def set_profiled(model: nn.Module, values: dict[str, list[float]]) -> None:
+    """Write profiled w (as :func:`profile` returns them) into ``model``, e.g. rank 0's
+    into every process."""
+    for name, modules in _by_stack(model).items():
+        for module, value in zip(modules, values[name], strict=True):
+            module.set_omega(value)
+
+
+def profiled_omegas(model: nn.Module) -> dict[str, list[float]] | None:
+    """The recorded profiled w per stack, or None when the model has none (not ``profiled``,
+    or not profiled yet)."""
+    stacks = {name: [m.profiled_omega.item() for m in modules if hasattr(m, "profiled_omega")]
+              for name, modules in _by_stack(model).items()}
+    if not any(stacks.values()) or any(v <= 0 for vs in stacks.values() for v in vs):
+        return None
+    return stacks

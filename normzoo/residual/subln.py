@@ -6,12 +6,20 @@ matrix of the feed-forward. W_v, W_o, W_1, W_2 are initialised with xavier_norma
 
 * encoder-only, N layers: gamma = sqrt(ln 2N); decoder-only, M layers: gamma = sqrt(ln 2M)
 * encoder-decoder: decoder gamma = sqrt(ln 3M); encoder gamma = sqrt(ln(3M) * ln(2N) / 3)
+
+Cross-attention (encoder-decoder decoders) follows the reference implementation, torchscale, by
+default (``cross_attention: reference``): no inner norm (its ``MultiheadAttention`` builds
+``inner_attn_ln`` only for self-attention) and no gamma (its ``Decoder`` skips ``encoder_attn``
+parameters when it scales by gamma), so the cross-attention keeps the blocks' default init.
+``cross_attention: subln`` treats it like the other sublayers instead: inner norm before W_o,
+gamma on W_v and W_o.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Literal
 
 import torch
 
@@ -23,6 +31,7 @@ from normzoo.residual.base import (
     Site,
     StackInfo,
     StreamEnds,
+    SublayerKind,
     final_norm_ends,
     xavier_normal_role,
 )
@@ -47,17 +56,26 @@ def subln_gamma(stack: StackInfo) -> float:
 class SubLN(ResidualScheme):
     """Sub-LN (Magneto): Pre-LN plus LNs before W_o and W_2, init gain sqrt(ln 2N)."""
 
-    def __init__(self, stack: StackInfo) -> None:
+    def __init__(
+        self, stack: StackInfo, cross_attention: Literal["reference", "subln"] = "reference"
+    ) -> None:
         super().__init__(stack)
         self.gamma = subln_gamma(stack)
+        self.cross_attention = cross_attention
+
+    def _plain(self, site: Site) -> bool:
+        """Whether ``site`` is left as a plain Pre-LN sublayer (torchscale's cross-attention)."""
+        return site.kind is SublayerKind.CROSS_ATTN and self.cross_attention == "reference"
 
     def residual(self, site: Site, make_norm: NormFactory) -> Residual:
         return PreLNResidual(make_norm())
 
     def inner_norm(self, site: Site) -> bool:
-        return True
+        return not self._plain(site)
 
     def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
+        if self._plain(site):
+            return
         for role, weight in weights.items():
             if role in GAMMA_ROLES:
                 xavier_normal_role(weight, self.gamma)

@@ -18,6 +18,7 @@ from normzoo import __version__, rng
 from normzoo.models import assemble
 from normzoo.optim import build_optimizer
 from normzoo.recipe import Recipe, from_dict
+from normzoo.residual import admin
 
 
 class NormzooTask(L.LightningModule):
@@ -44,6 +45,33 @@ class NormzooTask(L.LightningModule):
     def training_terms(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed training loss over the batch's target tokens, and their count."""
         raise NotImplementedError
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
+        # Admin ``init: profiled`` sets w from the first training batch; a resumed run restored
+        # them (and their record) from its checkpoint before this.
+        if self.trainer.global_step == 0 and self._unprofiled_admin():
+            self.profile_admin(batch)
+
+    def _unprofiled_admin(self) -> bool:
+        return any(getattr(m, "profiled_omega", None) is not None and m.profiled_omega.item() <= 0
+                   for m in self.model.modules())
+
+    def profile_admin(self, batch: dict[str, Any]) -> dict[str, list[float]]:
+        """Profile Admin's w on ``batch`` in training mode (:func:`normzoo.residual.admin.profile`);
+        with several processes every one takes rank 0's values, as the reference profiles on a
+        single GPU. The generators are left as they were: the run's dropout masks do not
+        depend on whether it profiled."""
+        cuda = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            values = admin.profile(self.model, lambda: self.forward_batch(batch))
+        if self._trainer is not None and self.trainer.world_size > 1:
+            values = self.trainer.strategy.broadcast(values, src=0)
+            admin.set_profiled(self.model, values)
+        from lightning.pytorch.utilities import rank_zero_info
+
+        rank_zero_info("Admin profiled w: " + "; ".join(
+            f"{name} " + ", ".join(f"{w:.4g}" for w in ws) for name, ws in values.items()))
+        return values
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         total, count = self.training_terms(batch)
@@ -96,6 +124,8 @@ class NormzooTask(L.LightningModule):
             "plugins": self.model.plugins,
             "rng": self._rng_states(),
         }
+        if (omegas := admin.profiled_omegas(self.model)) is not None:
+            checkpoint["normzoo"]["admin_omega"] = omegas
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("normzoo", {})

@@ -38,15 +38,25 @@ class _TokenPrediction(NormzooTask):
         total, _, count = self.step_terms(batch)
         return total, count
 
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.log_metrics(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """The final test logs under ``test/``: it must not overwrite the ``val/`` metrics."""
+        self.log_metrics(batch, "test")
+
+    def log_metrics(self, batch: dict[str, Any], stage: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
 
 class MaskedLMTask(_TokenPrediction):
     """BERT-style masked LM; validation reports loss and accuracy on the masked positions."""
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def log_metrics(self, batch: dict[str, Any], stage: str) -> None:
         loss, correct, total = self.step(batch)
         n = int(total)
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=n)
-        self.log("val/mlm_acc", correct.float() / total.clamp(min=1), prog_bar=True,
+        self.log(f"{stage}/loss", loss, prog_bar=True, sync_dist=True, batch_size=n)
+        self.log(f"{stage}/mlm_acc", correct.float() / total.clamp(min=1), prog_bar=True,
                  sync_dist=True, batch_size=n)
 
 
@@ -56,11 +66,16 @@ class CausalLMTask(_TokenPrediction):
     def __init__(self, recipe: dict[str, Any], vocab_size: int, tokenizer_json: str = "") -> None:
         super().__init__(recipe, vocab_size, tokenizer_json)
         self.val_nll = MeanMetric()  # token-weighted, synchronised across processes
+        self.test_nll = MeanMetric()
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def log_metrics(self, batch: dict[str, Any], stage: str) -> None:
+        nll = self.val_nll if stage == "val" else self.test_nll
         loss, _, total = self.step(batch)
-        self.val_nll.update(loss.detach(), total)
-        self.log("val/loss", self.val_nll, prog_bar=True)
+        nll.update(loss.detach(), total)
+        self.log(f"{stage}/loss", nll, prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
         self.log("val/ppl", torch.exp(self.val_nll.compute().clamp(max=50.0)), prog_bar=True)
+
+    def on_test_epoch_end(self) -> None:
+        self.log("test/ppl", torch.exp(self.test_nll.compute().clamp(max=50.0)))
