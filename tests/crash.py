@@ -26,25 +26,32 @@ def kill_now() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_before_step(step: int, signum: int = signal.SIGKILL) -> None:
+def at_step(step: int, act) -> None:
+    """Call ``act()`` once, as training step ``step`` is about to run."""
     from lightning.pytorch.callbacks import Callback
 
     from normzoo import train
 
-    class KillAt(Callback):
+    class AtStep(Callback):
+        done = False
+
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if trainer.global_step == step and not getattr(self, "sent", False):
-                self.sent = True  # once: a signal that only asks to stop lets the step finish
-                os.kill(os.getpid(), signum)
+            if trainer.global_step == step and not self.done:
+                self.done = True  # once: a signal that only asks to stop lets the step finish
+                act()
 
     build = train.build_trainer
 
     def build_and_arm(*args, **kwargs):
         trainer = build(*args, **kwargs)
-        trainer.callbacks.append(KillAt())
+        trainer.callbacks.append(AtStep())
         return trainer
 
     train.build_trainer = build_and_arm
+
+
+def kill_before_step(step: int, signum: int = signal.SIGKILL) -> None:
+    at_step(step, lambda: os.kill(os.getpid(), signum))
 
 
 def kill_inside_checkpoint_write(nth: int) -> None:
@@ -74,25 +81,12 @@ def pause_at_step(step: int) -> None:
     """Stand still at ``step`` (a live run, holding its directory) until ./go appears."""
     import time
 
-    from lightning.pytorch.callbacks import Callback
+    def pause() -> None:
+        Path("paused").write_text(str(os.getpid()))
+        while not Path("go").exists():
+            time.sleep(0.05)
 
-    from normzoo import train
-
-    class PauseAt(Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if trainer.global_step == step and not Path("paused").exists():
-                Path("paused").write_text(str(os.getpid()))
-                while not Path("go").exists():
-                    time.sleep(0.05)
-
-    build = train.build_trainer
-
-    def build_and_arm(*args, **kwargs):
-        trainer = build(*args, **kwargs)
-        trainer.callbacks.append(PauseAt())
-        return trainer
-
-    train.build_trainer = build_and_arm
+    at_step(step, pause)
 
 
 def disk_full_at_step_checkpoint(nth: int) -> None:
