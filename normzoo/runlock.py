@@ -43,12 +43,15 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
-        self.created_dir = False
+        self.created: list[Path] = []  # the folders acquire() made, deepest first
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
         """Take the lock or raise :class:`RunDirectoryBusy` naming the process that holds it."""
-        self.created_dir = not self.run_dir.exists()
+        folder = self.run_dir.absolute()
+        while not folder.exists():
+            self.created.append(folder)
+            folder = folder.parent
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -67,13 +70,17 @@ class RunLock:
         return self
 
     def release(self, *, remove_dir_if_empty: bool = False) -> None:
-        """Let go of the lock; with ``remove_dir_if_empty``, also remove a directory this lock
-        created and nothing else wrote to (a run that failed before it started)."""
+        """Let go of the lock; with ``remove_dir_if_empty``, also remove the folders this lock
+        created and nothing else wrote to (a run that failed before it started leaves nothing)."""
         if self._fd is None:
             return
-        if (remove_dir_if_empty and self.created_dir
+        if (remove_dir_if_empty and self.created
                 and [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]):
             self.path.unlink(missing_ok=True)
-            self.run_dir.rmdir()
+            for folder in self.created:
+                try:
+                    folder.rmdir()
+                except OSError:  # something else was put there meanwhile: keep it
+                    break
         os.close(self._fd)  # closing the descriptor releases the flock
         self._fd = None
