@@ -9,6 +9,7 @@ resume would pick up. :func:`remove_stale_temporaries` clears the strays of a ki
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -55,15 +56,23 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str 
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as error:
-        tmp.unlink(missing_ok=True)
-        reason = "the disk is full" if error.errno == errno.ENOSPC else str(error)
+        _discard(tmp)
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (
+            error.strerror or str(error))  # not the temporary's name
         raise RuntimeFailure(
             f"could not save the {what} {path}: {reason}; the previous version, if any, is intact"
         ) from error
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise
     fsync_directory(path.parent)
+
+
+def _discard(tmp: Path) -> None:
+    """Delete a temporary if there is one. On a read-only file system even deleting a missing
+    file fails (EROFS): that must not hide the error being reported."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_text(path: str | Path, text: str, what: str = "file") -> None:

@@ -227,6 +227,7 @@ def load_checkpoint(path: str | Path) -> Loaded:
     """A model from a Lightning checkpoint written by ``normzoo train``."""
     path = Path(path)
     meta, state = checkpoint_parts(read_checkpoint(path), str(path))
+    check_finite(state, str(path))
     tokenizer = checkpoint_tokenizer(meta.get("tokenizer"), str(path))
     plugins = meta.get("plugins", [])
     recipe, model = _rebuild(meta["recipe"], tokenizer.vocab_size, plugins, str(path))
@@ -237,6 +238,18 @@ def load_checkpoint(path: str | Path) -> Loaded:
 
 def _examples(keys: list[str]) -> str:
     return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def check_finite(state: dict[str, torch.Tensor], source: str) -> None:
+    """Refuse weights holding NaN or infinity, naming them: a model with them translates every
+    sentence to an empty line and scores 0 without a word (a diverged run, or a damaged file)."""
+    bad = [name for name, tensor in state.items()
+           if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+    if bad:
+        raise CheckpointError(
+            f"{source} holds weights that are not finite (NaN or infinity): {_examples(bad)}. "
+            "The run that wrote them diverged, or the file was damaged; use an earlier "
+            "checkpoint of the run (trainer.keep_checkpoints keeps several)")
 
 
 def _misfit(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
@@ -293,6 +306,7 @@ def load_export(directory: str | Path) -> Loaded:
     except Exception as error:  # safetensors raises its own error types for damaged files
         raise CheckpointError(f"{directory}/model.safetensors cannot be loaded: {error}"
                               ) from None
+    check_finite(model.state_dict(), str(directory / "model.safetensors"))
     model.eval()
     return Loaded(model, tokenizer, recipe, plugins, str(directory))
 

@@ -6,12 +6,30 @@ raise :class:`~normzoo.errors.NormzooError`, which the CLI prints without a trac
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
 OVERRIDES_HELP = "key=value settings applied on top of the recipe, e.g. optim.lr=3e-4"
+
+
+@contextlib.contextmanager
+def file_system_failures() -> Iterator[None]:
+    """An OS error from the file system (a read-only folder, a full disk, a path through a
+    file) as :class:`~normzoo.errors.RuntimeFailure`: exit 1 and the path, not a traceback."""
+    try:
+        yield
+    except OSError as error:
+        from normzoo.errors import RuntimeFailure
+
+        reason = ("the disk is full" if error.errno == errno.ENOSPC else
+                  error.strerror or str(error))
+        where = f" {error.filename}" if error.filename else ""
+        raise RuntimeFailure(f"could not write{where}: {reason}") from None
 
 
 def train(
@@ -25,10 +43,11 @@ def train(
     """Train a model from RECIPE; writes a run directory with checkpoints, logs and a summary."""
     from normzoo import recipe as recipes
 
-    resolved = recipes.load(recipe, overrides or [])
+    resolved = recipes.load(recipe, overrides or [], machine=True)
     from normzoo.train import run
 
-    summary = run(resolved, recipe, force=force, resume=resume)
+    with file_system_failures():
+        summary = run(resolved, recipe, force=force, resume=resume)
     if summary is None:  # another process of a multi-process run: rank 0 reports
         return
     typer.echo(json.dumps(summary, indent=2))
@@ -53,6 +72,7 @@ def recipe_show(
     """Print the resolved recipe (defaults filled in, overrides applied) as YAML."""
     from normzoo import recipe as recipes
 
+    # Not checked against this machine: a recipe for a bigger one is shown as well.
     typer.echo(recipes.load(recipe, overrides or []).to_yaml(), nl=False)
 
 
@@ -60,23 +80,41 @@ def recipe_validate(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
     overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
 ) -> None:
-    """Check a recipe against the schema and the installed plugins; exit 2 with every error."""
+    """Check a recipe against the schema, the installed plugins and what this machine can run
+    (memory, CPU cores); exit 2 with every error."""
     from normzoo import recipe as recipes
 
-    recipes.load(recipe, overrides or [])
+    recipes.load(recipe, overrides or [], machine=True)
     typer.echo(f"{recipe}: ok")
 
 
 def _read_inputs(path: Path | None) -> list[str]:
     import sys
 
-    from normzoo.data.sources import read_lines
+    from normzoo.data.sources import decode_lines, read_lines
     from normzoo.errors import NormzooError
 
-    lines = read_lines(path) if path is not None else sys.stdin.read().splitlines()
+    if path is not None:
+        lines = read_lines(path)
+    else:  # bytes, checked as a file's are: the text layer would pass on undecodable ones
+        stdin = getattr(sys.stdin, "buffer", None)
+        lines = (decode_lines(stdin.read(), "standard input") if stdin is not None
+                 else sys.stdin.read().splitlines())
     if not lines or not any(line.strip() for line in lines):
         raise NormzooError("no input sentences (the input is empty)")
     return lines
+
+
+def _check_output_file(path: Path, option: str) -> None:
+    """Refuse, before any work, an output file that is a directory or whose folder is missing."""
+    from normzoo.errors import NormzooError
+
+    if path.is_dir():
+        raise NormzooError(f"{option} {path} is a directory; give a file name")
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        state = "is not a directory" if folder.exists() else "does not exist"
+        raise NormzooError(f"{option} {path}: its folder {folder} {state}")
 
 
 def evaluate(
@@ -93,11 +131,14 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
+    from normzoo.atomic import atomic_write_text
     from normzoo.checkpoint import load
     from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
     from normzoo.errors import NormzooError
     from normzoo.evaluate import language_model_metrics
 
+    if hyps is not None:
+        _check_output_file(hyps, "--hyps")
     loaded = load(checkpoint)
     if (src is None) != (ref is None) and loaded.recipe.task == "translation":
         raise NormzooError("--src and --ref go together")
@@ -125,7 +166,8 @@ def evaluate(
     hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
                                   max_tokens=batch_tokens)
     out = hyps or Path(f"hyps.{name}.txt")
-    out.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    _check_output_file(out, "--hyps")
+    atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all
     result = score(hypotheses, references)
     report = {"checkpoint": str(checkpoint), "split": name, "beam": config.beam,
               "lenpen": config.lenpen, "hypotheses": str(out), **result.as_dict()}
@@ -180,6 +222,9 @@ def diagnose(
     from normzoo.diagnostics.diagnose import Variant, first_batch, measure, plot, table
     from normzoo.errors import NormzooError
 
+    def resolve(data: dict) -> recipes.Recipe:  # measured on the CPU: it must fit there
+        return recipes.check_machine(recipes.from_dict(data), training=False)
+
     if target.suffix in (".yaml", ".yml"):
         base = recipes.read_yaml(target)
         data = recipes.apply_overrides(base, overrides or [])
@@ -189,10 +234,10 @@ def diagnose(
             if not values:
                 raise NormzooError("--vary must look like KEY=V1,V2")
             for value in values.split(","):
-                resolved = recipes.from_dict(recipes.apply_overrides(data, [f"{key}={value}"]))
+                resolved = resolve(recipes.apply_overrides(data, [f"{key}={value}"]))
                 variants.append(Variant(f"{key.split('.')[-1]}={value}", resolved))
         else:
-            variants.append(Variant(target.stem, recipes.from_dict(data)))
+            variants.append(Variant(target.stem, resolve(data)))
         from normzoo.tasks.datamodule import fit_tokenizer
 
         tokenizer = fit_tokenizer(variants[0].recipe)
@@ -212,10 +257,13 @@ def diagnose(
     results = {v.label: measure(v, tokenizer, batch) for v in variants}
     report = table(results)
     typer.echo(report)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "diagnostics.md").write_text(report + "\n", encoding="utf-8")
-    for path in plot(results, out):
-        typer.echo(f"wrote {path}")
+    from normzoo.atomic import atomic_write_text
+
+    with file_system_failures():  # each file whole or not at all
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "diagnostics.md", report + "\n", "diagnostics table")
+        for path in plot(results, out):
+            typer.echo(f"wrote {path}")
 
 
 def sweep(
@@ -230,7 +278,8 @@ def sweep(
     from normzoo.diagnostics.sweep import sweep as run_sweep
 
     folder = out or Path("runs") / f"sweep-{recipe.stem}"
-    rows = run_sweep(recipe, set_, overrides or [], folder, steps)
+    with file_system_failures():
+        rows = run_sweep(recipe, set_, overrides or [], folder, steps)
     typer.echo((folder / "results.md").read_text(encoding="utf-8"))
     diverged = sum(r["status"] == "diverged" for r in rows)
     typer.echo(f"{len(rows)} cells, {diverged} diverged; results in {folder}")

@@ -13,7 +13,9 @@ fairseq's ``average_checkpoints.py`` does.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -22,13 +24,17 @@ from pathlib import Path
 import torch
 
 from normzoo import __version__
+from normzoo.atomic import fsync_directory
 from normzoo.checkpoint import (
+    EXPORT_FILES,
     CheckpointError,
+    check_finite,
     checkpoint_parts,
     load_checkpoint,
     load_state,
     read_checkpoint,
 )
+from normzoo.errors import RuntimeFailure
 
 
 def _step(path: Path) -> int:
@@ -37,7 +43,9 @@ def _step(path: Path) -> int:
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
-    return checkpoint_parts(read_checkpoint(path), str(path))[1]
+    weights = checkpoint_parts(read_checkpoint(path), str(path))[1]
+    check_finite(weights, str(path))
+    return weights
 
 
 def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
@@ -80,37 +88,94 @@ def average_state(paths: list[Path]) -> dict[str, torch.Tensor]:
             for k, v in total.items()}
 
 
-def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
-    """Write an export of ``checkpoint`` to ``out``: complete, or not there at all."""
+def _refuse_unusable(checkpoint: Path, out: Path) -> None:
+    """Mistakes seen without reading anything: an export given as the checkpoint, an --out
+    that is a file or a folder that already holds something."""
+    if checkpoint.is_dir() and all((checkpoint / name).is_file() for name in EXPORT_FILES):
+        raise CheckpointError(
+            f"{checkpoint} is an export directory (written by normzoo export), not a checkpoint: "
+            "export needs a .ckpt file from a run's checkpoints/ folder (evaluate and "
+            "translate read export directories as they are)")
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"--out {out} is a file; export writes a directory: choose "
+                              "another --out")
+    if out.is_dir() and any(out.iterdir()):
+        raise CheckpointError(f"{out} exists and is not empty; choose another --out")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_files(loaded, sources: list[Path], staging: Path) -> None:
+    """The export's files, each flushed to disk, with the permissions the umask gives."""
     from safetensors.torch import save_model
 
+    save_model(loaded.model, str(staging / "model.safetensors"))
+    config = {"recipe": loaded.recipe.to_dict(), "vocab_size": loaded.tokenizer.vocab_size}
+    (staging / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    (staging / "tokenizer.json").write_text(loaded.tokenizer.backend.to_str(pretty=True),
+                                            encoding="utf-8")
+    metadata = {
+        "normzoo_version": __version__,
+        "plugins": loaded.plugins,
+        "averaged": [str(p) for p in sources],
+        "task": loaded.recipe.task,
+    }
+    (staging / "metadata.json").write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+    mask = _umask()
+    for name in EXPORT_FILES:  # safetensors writes 0600 whatever the umask
+        fd = os.open(staging / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(staging / name, 0o666 & ~mask)
+    os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes 0700
+
+
+def _write_failure(out: Path, error: BaseException) -> RuntimeFailure:
+    # safetensors reports a full disk as "... No space left on device (os error 28)".
+    full = getattr(error, "errno", None) == errno.ENOSPC or f"(os error {errno.ENOSPC})" in str(
+        error)
+    reason = "the disk is full" if full else getattr(error, "strerror", None) or str(error)
+    return RuntimeFailure(f"could not write the export {out}: {reason}; nothing was left "
+                          "behind")
+
+
+def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
+    """Write an export of ``checkpoint`` to ``out``: complete, or not there at all.
+
+    The files are written into a hidden folder beside ``out``, flushed, and the folder renamed
+    to ``out``; an unwritable or full disk removes it and raises :class:`RuntimeFailure`.
+    """
+    from safetensors import SafetensorError
+
     checkpoint, out = Path(checkpoint), Path(out)
+    _refuse_unusable(checkpoint, out)
     loaded = load_checkpoint(checkpoint)
     sources = [checkpoint]
     if average > 1:
         sources = recent_checkpoints(checkpoint, average)
         load_state(loaded.model, average_state(sources), f"the average of {len(sources)} "
                    f"checkpoints of {checkpoint.parent}")
-    if out.exists() and any(out.iterdir()):
-        raise CheckpointError(f"{out} exists and is not empty; choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        save_model(loaded.model, str(staging / "model.safetensors"))
-        config = {"recipe": loaded.recipe.to_dict(), "vocab_size": loaded.tokenizer.vocab_size}
-        (staging / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        loaded.tokenizer.save(staging / "tokenizer.json")
-        metadata = {
-            "normzoo_version": __version__,
-            "plugins": loaded.plugins,
-            "averaged": [str(p) for p in sources],
-            "task": loaded.recipe.task,
-        }
-        (staging / "metadata.json").write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as error:
+        raise _write_failure(out, error) from None
+    try:
+        _write_files(loaded, sources, staging)
         if out.exists():
             out.rmdir()
         staging.rename(out)
+    except (OSError, SafetensorError) as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise _write_failure(out, error) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    fsync_directory(out.parent)
     return out

@@ -100,23 +100,18 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     For tests that need a real checkpoint but not a trained model; copy it before changing it.
     """
     import torch
+    from tiny import tiny
 
     from normzoo import train
     from normzoo.recipe import from_dict
 
     root = tmp_path_factory.mktemp("tiny_checkpoint")
-    recipe = from_dict({
-        "task": "translation",
-        "seed": 3,
-        "run": {"dir": str(root / "run")},
-        "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
-                  "decoder_layers": 1, "max_positions": 64},
-        "data": {"train_limit": 200, "valid_limit": 8, "max_tokens": 512, "max_len": 64,
-                 "tokenizer": {"vocab_size": 200, "min_frequency": 1}},
-        "trainer": {"max_steps": 2, "val_every_steps": 2, "progress_bar": False,
-                    "accelerator": "cpu", "keep_checkpoints": 0, "save_top_k": 0},
-        "eval": {"valid_bleu": False},
-    })
+    recipe = from_dict(tiny(
+        run={"dir": str(root / "run")},
+        data={"train_limit": 200, "valid_limit": 8,
+              "tokenizer": {"vocab_size": 200, "min_frequency": 1}},
+        trainer={"max_steps": 2, "val_every_steps": 2},
+    ))
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NORMZOO_CACHE", str(root / "cache"))

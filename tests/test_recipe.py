@@ -71,8 +71,11 @@ def test_round_trip_keeps_scheme_options_and_overrides(tmp_path: Path):
     assert load(write(tmp_path, text, "saved.yaml")) == recipe
 
 
-def test_empty_recipe_file_gives_the_defaults(tmp_path: Path):
-    assert load(write(tmp_path, "# nothing but a comment\n")) == Recipe()
+def test_an_empty_recipe_file_is_refused_and_braces_give_the_defaults(tmp_path: Path):
+    # An empty file is a mistake (issue 12: it started the 100,000-step default run).
+    with pytest.raises(ConfigError, match="is empty"):
+        load(write(tmp_path, "# nothing but a comment\n"))
+    assert load(write(tmp_path, "{}\n", "defaults.yaml")) == Recipe()
 
 
 @pytest.mark.parametrize(

@@ -28,18 +28,25 @@ def read_lines(path: Path) -> list[str]:
     """
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
+    # Not read_text(): its universal newlines would also split lines on a lone "\r".
+    lines = decode_lines(path.read_bytes(), str(path))
+    if not any(line.strip() for line in lines):  # no bytes, or nothing but whitespace
+        raise DataError(f"data file is empty: {path}" + (" (only whitespace)" if lines else ""))
+    return lines
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """The lines of UTF-8 ``data`` (a file's bytes, or standard input's), split as
+    :func:`read_lines` says; ``name`` says where the bytes came from in the error."""
     try:
-        # Not read_text(): its universal newlines would also split lines on a lone "\r".
-        text = path.read_bytes().decode("utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise DataError(
-            f"{path} is not UTF-8 text ({error.reason} at byte {error.start})"
+            f"{name} is not UTF-8 text ({error.reason} at byte {error.start})"
         ) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    if not lines:
-        raise DataError(f"data file is empty: {path}")
     return [line.rstrip("\r") for line in lines]
 
 

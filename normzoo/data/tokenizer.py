@@ -10,6 +10,7 @@ ids are fixed so models and checkpoints agree on them.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -19,7 +20,8 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from normzoo.errors import NormzooError
+from normzoo.atomic import atomic_write_text
+from normzoo.errors import NormzooError, RuntimeFailure
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
 PAD, BOS, EOS, UNK, MASK = range(len(SPECIALS))
@@ -29,6 +31,25 @@ def cache_dir() -> Path:
     """Where trained tokenizers are cached (``$NORMZOO_CACHE`` or ``~/.cache/normzoo``)."""
     root = os.environ.get("NORMZOO_CACHE") or Path.home() / ".cache" / "normzoo"
     return Path(root) / "tokenizers"
+
+
+def _cache_failure(error: OSError | None) -> RuntimeFailure:
+    """The cache folder cannot be used: say which, and how to point it elsewhere (exit 1), as
+    Hugging Face does for an unusable ``HF_HOME``, rather than training without it."""
+    folder = cache_dir()
+    setting = os.environ.get("NORMZOO_CACHE")
+    where = (f"NORMZOO_CACHE={setting}" if setting else
+             f"the default {folder.parent}, since NORMZOO_CACHE is not set")
+    if error is None:
+        reason = "it cannot be written"
+    elif error.errno == errno.ENOSPC:
+        reason = "the disk is full"
+    else:
+        reason = error.strerror or str(error)
+        if error.filename is not None:
+            reason += f": {error.filename}"
+    return RuntimeFailure(f"cannot use the tokenizer cache {folder} ({where}): {reason}; "
+                          "point NORMZOO_CACHE at a writable folder")
 
 
 class Tokenizer:
@@ -127,17 +148,24 @@ def train_tokenizer(
     settings = {"kind": kind, "vocab_size": vocab_size, "min_frequency": min_frequency,
                 "lowercase": lowercase, "specials": SPECIALS, "version": 2}
     path = cache_dir() / f"{corpus_key(texts, settings)}.json"
-    if use_cache and path.is_file():
-        try:
-            return Tokenizer.load(path)
-        except NormzooError:
-            pass  # a damaged cache entry is trained again and replaced
+    if use_cache:
+        try:  # the folder is made first: an unusable one fails before minutes of training
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cached = path.is_file()
+        except OSError as error:
+            raise _cache_failure(error) from None
+        if cached:
+            try:
+                return Tokenizer.load(path)
+            except NormzooError:
+                pass  # a damaged cache entry is trained again and replaced
     backend, trainer = _build(kind, vocab_size, min_frequency, lowercase)
     backend.train_from_iterator(texts, trainer=trainer, length=len(texts))
     tokenizer = Tokenizer(backend)
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tokenizer.save(tmp)
-        os.replace(tmp, path)  # atomic: concurrent runs never read a half-written file
+        try:  # atomic: concurrent runs never read a half-written file
+            atomic_write_text(path, tokenizer.to_str(), "tokenizer cache entry")
+        except RuntimeFailure as error:
+            cause = error.__cause__
+            raise _cache_failure(cause if isinstance(cause, OSError) else None) from None
     return tokenizer
