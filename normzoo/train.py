@@ -554,8 +554,8 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     refs = data.references[split]
     result = score(hyps, refs)
     copy = score(sources, refs)
-    (Path(trainer.default_root_dir) / f"hyps.{split}.txt").write_text(
-        "\n".join(hyps) + "\n", encoding="utf-8")
+    atomic_write_text(Path(trainer.default_root_dir) / f"hyps.{split}.txt",
+                      "\n".join(hyps) + "\n", "hypotheses")
     summary = {"split": split, "beam": recipe.eval.beam, "bleu": round(result.bleu, 2),
                "chrf": round(result.chrf, 2), "signature": result.bleu_signature,
                "copy_source_bleu": round(copy.bleu, 2), "sentences": result.sentences}
