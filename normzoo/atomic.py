@@ -41,6 +41,16 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def os_reason(error: BaseException) -> str:
+    """What went wrong, in the user's words: "the disk is full" for ENOSPC (also as the Rust
+    libraries, safetensors among them, spell it: "(os error 28)"), else the OS's own reason,
+    without the name of whatever temporary file it was about."""
+    if getattr(error, "errno", None) == errno.ENOSPC or f"(os error {errno.ENOSPC})" in str(
+            error):
+        return "the disk is full"
+    return getattr(error, "strerror", None) or str(error)
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> None:
     """Write ``path`` through ``write(binary_file)`` so that it appears whole or not at all.
 
@@ -57,10 +67,9 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str 
         os.replace(tmp, path)
     except OSError as error:
         _discard(tmp)
-        reason = "the disk is full" if error.errno == errno.ENOSPC else (
-            error.strerror or str(error))  # not the temporary's name
         raise RuntimeFailure(
-            f"could not save the {what} {path}: {reason}; the previous version, if any, is intact"
+            f"could not save the {what} {path}: {os_reason(error)}; the previous version, if "
+            "any, is intact"
         ) from error
     except BaseException:
         _discard(tmp)
@@ -79,6 +88,11 @@ def atomic_write_text(path: str | Path, text: str, what: str = "file") -> None:
     """:func:`atomic_write` for a UTF-8 text file."""
     data = text.encode("utf-8")
     atomic_write(path, lambda f: f.write(data), what)
+
+
+def save_figure(figure: Any, path: str | Path) -> None:
+    """A matplotlib ``figure`` as a PNG at ``path``, through :func:`atomic_write`."""
+    atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=110), "plot")
 
 
 def remove_stale_temporaries(directory: str | Path) -> list[Path]:

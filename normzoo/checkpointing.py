@@ -35,7 +35,7 @@ def _rank(path: Path) -> int:
     return len(_PREFERENCE) - _PREFERENCE.index(stem) if stem in _PREFERENCE else 0
 
 
-def link_or_copy_last(source: Path, last: Path) -> bool:
+def link_last(source: Path, last: Path) -> bool:
     """Make ``last`` a hard link to the complete checkpoint ``source``, atomically.
 
     The link is made under a temporary name and renamed over ``last``, so ``last`` is always
@@ -53,7 +53,8 @@ def link_or_copy_last(source: Path, last: Path) -> bool:
     return True
 
 
-def _step_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+def step_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """The periodic ``step-N.ckpt`` of a run, as (N, path), oldest first."""
     found = []
     for path in directory.glob("step-*.ckpt"):
         match = STEP_FILE.match(path.name)
@@ -94,7 +95,7 @@ def rolling_checkpoints(dirpath: Path, keep: int) -> Any:
                 trainer.save_checkpoint(path)
                 linked = False
                 if trainer.is_global_zero and path.is_file():
-                    linked = link_or_copy_last(path, last)
+                    linked = link_last(path, last)
                 linked = trainer.strategy.broadcast(linked)
                 if not linked:  # a sharded (folder) checkpoint, or no hard links here
                     trainer.save_checkpoint(last)
@@ -112,7 +113,7 @@ def rolling_checkpoints(dirpath: Path, keep: int) -> Any:
             Later ones belong to a dead run that ``--resume auto`` already discarded, or to a
             branch that ``--resume PATH`` keeps; neither is this run's to delete.
             """
-            mine = [path for s, path in _step_checkpoints(self.dirpath) if s <= step]
+            mine = [path for s, path in step_checkpoints(self.dirpath) if s <= step]
             for path in mine[: max(len(mine) - self.keep, 0)]:
                 if path.is_dir():
                     shutil.rmtree(path)

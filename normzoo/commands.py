@@ -7,7 +7,6 @@ raise :class:`~normzoo.errors.NormzooError`, which the CLI prints without a trac
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,12 +23,11 @@ def file_system_failures() -> Iterator[None]:
     try:
         yield
     except OSError as error:
+        from normzoo.atomic import os_reason
         from normzoo.errors import RuntimeFailure
 
-        reason = ("the disk is full" if error.errno == errno.ENOSPC else
-                  error.strerror or str(error))
         where = f" {error.filename}" if error.filename else ""
-        raise RuntimeFailure(f"could not write{where}: {reason}") from None
+        raise RuntimeFailure(f"could not write{where}: {os_reason(error)}") from None
 
 
 def train(
@@ -221,9 +219,10 @@ def diagnose(
     from normzoo import recipe as recipes
     from normzoo.diagnostics.diagnose import Variant, first_batch, measure, plot, table
     from normzoo.errors import NormzooError
+    from normzoo.machine import check_machine
 
     def resolve(data: dict) -> recipes.Recipe:  # measured on the CPU: it must fit there
-        return recipes.check_machine(recipes.from_dict(data), training=False)
+        return check_machine(recipes.from_dict(data), training=False)
 
     if target.suffix in (".yaml", ".yml"):
         base = recipes.read_yaml(target)

@@ -13,10 +13,8 @@ fairseq's ``average_checkpoints.py`` does.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,7 +22,7 @@ from pathlib import Path
 import torch
 
 from normzoo import __version__
-from normzoo.atomic import fsync_directory
+from normzoo.atomic import fsync_directory, os_reason
 from normzoo.checkpoint import (
     EXPORT_FILES,
     CheckpointError,
@@ -34,12 +32,8 @@ from normzoo.checkpoint import (
     load_state,
     read_checkpoint,
 )
+from normzoo.checkpointing import checkpoint_step, step_checkpoints
 from normzoo.errors import RuntimeFailure
-
-
-def _step(path: Path) -> int:
-    step = read_checkpoint(path).get("global_step", -1)
-    return step if isinstance(step, int) else -1
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -51,13 +45,10 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
     """The ``count`` most recent periodic checkpoints (``step-N.ckpt``, one per validation) of
     ``checkpoint``'s run, up to ``checkpoint``'s own step, newest first."""
-    newest = _step(checkpoint)
-    periodic = []
-    for path in checkpoint.parent.glob("step-*.ckpt"):
-        match = re.fullmatch(r"step-(\d+)", path.stem)
-        if match and int(match.group(1)) <= newest:
-            periodic.append((int(match.group(1)), path))
-    periodic.sort(reverse=True)
+    newest = checkpoint_step(checkpoint)
+    newest = -1 if newest is None else newest
+    periodic = [(step, path) for step, path in step_checkpoints(checkpoint.parent)
+                if step <= newest][::-1]
     if len(periodic) < count:
         raise CheckpointError(
             f"--average {count} needs {count} periodic checkpoints (step-N.ckpt) up to step "
@@ -137,12 +128,8 @@ def _write_files(loaded, sources: list[Path], staging: Path) -> None:
 
 
 def _write_failure(out: Path, error: BaseException) -> RuntimeFailure:
-    # safetensors reports a full disk as "... No space left on device (os error 28)".
-    full = getattr(error, "errno", None) == errno.ENOSPC or f"(os error {errno.ENOSPC})" in str(
-        error)
-    reason = "the disk is full" if full else getattr(error, "strerror", None) or str(error)
-    return RuntimeFailure(f"could not write the export {out}: {reason}; nothing was left "
-                          "behind")
+    return RuntimeFailure(f"could not write the export {out}: {os_reason(error)}; nothing was "
+                          "left behind")
 
 
 def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:

@@ -90,7 +90,6 @@ def preemption_callback(rolling: Any, slurm_requeue: bool = True) -> Any:
             self.agreed: int | None = None  # the signal every process acts on
             self.saved_path: str | None = None
             self.requeue_note = ""
-            self._previous: dict[int, Any] = {}
 
         def _handle(self, signum: int, _frame: Any) -> None:
             if self.received is None:
@@ -109,7 +108,7 @@ def preemption_callback(rolling: Any, slurm_requeue: bool = True) -> Any:
             if threading.current_thread() is not threading.main_thread():
                 return
             for signum in STOP_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
+                signal.signal(signum, self._handle)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             loop = trainer.fit_loop.epoch_loop

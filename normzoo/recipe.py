@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -612,130 +611,15 @@ def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     return recipe
 
 
-# -- what this machine can hold -------------------------------------------------------------------
-
-# Bytes of training state per parameter: fp32 weights and gradients and AdamW's two fp32 moments
-# (mixed precision keeps fp32 weights too); bf16-true keeps all four in bf16.
-TRAINING_BYTES = {"bf16-true": 8}
-FP32_TRAINING_BYTES = 16
-# Diagnostics run one forward and backward on the CPU: fp32 weights and gradients.
-DIAGNOSE_BYTES = 8
-
-
-def parameter_count(recipe: Recipe) -> int:
-    """The model's parameters, counted from the recipe without building it: its matrices and
-    embeddings (biases, norms and scheme gains, well under 1% of a model, are left out), so a
-    lower bound of what :func:`normzoo.models.assemble` builds."""
-    m = recipe.model
-    d, vocab = m.d_model, m.vocab_size or recipe.data.tokenizer.vocab_size
-    cross = m.family == "encoder_decoder"
-    ffn = (3 if m.activation in ("swiglu", "geglu") else 2) * d * m.ffn_dim
-    layers = m.encoder_depth * (4 * d * d + ffn) + m.decoder_depth * (
-        (8 if cross else 4) * d * d + ffn)
-    tokens = vocab * d * (2 if cross and not m.share_embeddings else 1)
-    positions = (2 if cross else 1) * m.max_positions * d if m.positions == "learned" else 0
-    head = d * d if m.family == "encoder" else 0  # the masked-LM head's dense layer
-    output = 0 if m.tie_output else vocab * d
-    return layers + tokens + positions + head + output
-
-
-def _size(count: int) -> str:
-    return f"{count / 2**40:,.1f} TiB" if count >= 2**40 else f"{count / 2**30:,.1f} GiB"
-
-
-def _ram() -> int | None:
-    """Physical memory, or the container's limit where one is set and lower (cgroup v2)."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        total = min(total, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))
-    return total
-
-
-def _device(trainer: TrainerConfig) -> Any:
-    """Where the trainer runs: ``"cpu"``, ``"mps"`` (memory shared with the CPU), the properties
-    of the first CUDA device, or None for a GPU asked for and missing (the Trainer says so).
-    torch is imported only when the recipe may use an accelerator."""
-    if trainer.accelerator == "cpu":
-        return "cpu"
-    import torch
-
-    if trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0)
-    if trainer.accelerator in ("auto", "mps") and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu" if trainer.accelerator == "auto" else None
-
-
-def _processes_per_machine(trainer: TrainerConfig) -> int:
-    devices = trainer.devices
-    if devices == -1:
-        return os.cpu_count() or 1
-    return devices if isinstance(devices, int) else 1
-
-
-def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
-    """What of ``recipe`` this machine cannot run, found without allocating anything: a model
-    whose training state (weights, gradients and AdamW's moments; with ``training=False`` the
-    weights and gradients of one forward and backward on the CPU) is larger than the memory of
-    a device, and more training processes on the CPU (``trainer.devices``) than cores.
-
-    The size is a lower bound (activations come on top), so a refused recipe never fits.
-    """
-    trainer = recipe.trainer
-    device = _device(trainer) if training else "cpu"
-    if device is None:
-        return []
-    problems = []
-    cores = os.cpu_count() or 1
-    if training and device == "cpu" and isinstance(trainer.devices, int) and (
-            trainer.devices > cores):
-        problems.append(Problem("trainer.devices", (
-            f"{trainer.devices} devices on the CPU are {trainer.devices} training processes, "
-            f"but this machine has {cores} CPU cores: more processes than cores only slows "
-            f"training down; use trainer.devices={cores} or fewer, or a GPU "
-            "(trainer.accelerator=gpu)")))
-    count = parameter_count(recipe)
-    per_parameter = (TRAINING_BYTES.get(trainer.precision, FP32_TRAINING_BYTES) if training
-                     else DIAGNOSE_BYTES)
-    need, copies = count * per_parameter, ""
-    processes = _processes_per_machine(trainer) if training else 1
-    if isinstance(device, str):
-        limit, where = _ram(), "memory (RAM) of this machine"
-        if processes > 1 and trainer.strategy != "fsdp":  # one replica per process
-            need, copies = need * processes, f", once in each of {processes} processes"
-    else:
-        limit, where = device.total_memory, f"GPU memory of one {device.name}"
-        if trainer.strategy == "fsdp":  # sharded over every device
-            shards = processes * trainer.num_nodes
-            need, copies = need // shards, f", sharded over {shards} devices"
-    if limit is not None and need > limit:
-        what = ("weights, gradients and AdamW's two moments" if training else
-                "weights and gradients")
-        problems.append(Problem("model", (
-            f"{'training' if training else 'measuring'} this model needs at least "
-            f"{_size(need)} ({count:,} parameters x {per_parameter} bytes for {what}{copies}), "
-            f"more than the {_size(limit)} of {where}; make it smaller (model.d_model, "
-            "model.ffn_dim, model.encoder_layers, model.decoder_layers, "
-            "data.tokenizer.vocab_size)")))
-    return problems
-
-
-def check_machine(recipe: Recipe, *, training: bool = True) -> Recipe:
-    """``recipe``, or :class:`ConfigError` with its :func:`machine_problems`."""
-    problems = machine_problems(recipe, training=training)
-    if problems:
-        raise ConfigError(problems, "this machine cannot run the recipe")
-    return recipe
-
-
 def load(path: str | Path, overrides: list[str] | None = None, *,
          machine: bool = False) -> Recipe:
     """Read, override and validate a recipe file; with ``machine`` (``train``, ``sweep`` and
     ``recipe validate`` ask for it), also check that this machine can hold the model and run
-    the trainer settings (:func:`machine_problems`)."""
+    the trainer settings (:func:`normzoo.machine.machine_problems`)."""
     data = apply_overrides(read_yaml(path), overrides or [])
     recipe = from_dict(data)
-    return check_machine(recipe) if machine else recipe
+    if not machine:
+        return recipe
+    from normzoo.machine import check_machine
+
+    return check_machine(recipe)

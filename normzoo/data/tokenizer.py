@@ -20,7 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from normzoo.atomic import atomic_write_text
+from normzoo.atomic import atomic_write_text, os_reason
 from normzoo.errors import NormzooError, RuntimeFailure
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
@@ -42,11 +42,9 @@ def _cache_failure(error: OSError | None) -> RuntimeFailure:
              f"the default {folder.parent}, since NORMZOO_CACHE is not set")
     if error is None:
         reason = "it cannot be written"
-    elif error.errno == errno.ENOSPC:
-        reason = "the disk is full"
     else:
-        reason = error.strerror or str(error)
-        if error.filename is not None:
+        reason = os_reason(error)
+        if error.filename is not None and error.errno != errno.ENOSPC:
             reason += f": {error.filename}"
     return RuntimeFailure(f"cannot use the tokenizer cache {folder} ({where}): {reason}; "
                           "point NORMZOO_CACHE at a writable folder")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from normzoo.atomic import atomic_write
+from normzoo.atomic import save_figure
 from normzoo.data.batching import token_budget_batches
 from normzoo.diagnostics.probes import Measurements, gradient_norms, probe
 from normzoo.recipe import Recipe
@@ -122,7 +122,7 @@ def plot(results: dict[str, Measurements], out: Path) -> list[Path]:
             ax.legend(fontsize=8)
         fig.tight_layout()
         path = out / filename
-        atomic_write(path, lambda f, fig=fig: fig.savefig(f, format="png", dpi=110), "plot")
+        save_figure(fig, path)
         plt.close(fig)
         written.append(path)
     return written

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import atomic_write, atomic_write_text
+from normzoo.atomic import atomic_write_text, save_figure
 from normzoo.errors import ConfigError, Problem
 
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "final_train_loss", "metric",
@@ -165,7 +165,7 @@ def plot_loss_curves(rows: list[dict[str, Any]], keys: list[str], out: Path,
         if j == 0:
             ax.set_ylabel("training loss")
     fig.tight_layout()
-    atomic_write(out / "loss_curves.png", lambda f: fig.savefig(f, format="png", dpi=110), "plot")
+    save_figure(fig, out / "loss_curves.png")
     plt.close(fig)
 
 
@@ -213,7 +213,7 @@ def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path,
     ax.set_ylim(-0.7, len(ys) - 0.3)
     ax.set_title("final training loss (green low, red high)", fontsize=9)
     fig.tight_layout()
-    atomic_write(out / "stability_map.png", lambda f: fig.savefig(f, format="png", dpi=110), "plot")
+    save_figure(fig, out / "stability_map.png")
     plt.close(fig)
 
 
