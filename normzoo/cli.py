@@ -108,7 +108,8 @@ def user_errors(command: Callable[..., None]) -> Callable[..., None]:
 
 from normzoo import commands  # noqa: E402  (typer needs the app defined first)
 
-for _name, _command in (("train", commands.train), ("evaluate", commands.evaluate),
+for _name, _command in (("train", commands.train), ("prepare", commands.prepare),
+                        ("evaluate", commands.evaluate),
                         ("translate", commands.translate), ("export", commands.export),
                         ("diagnose", commands.diagnose), ("sweep", commands.sweep)):
     app.command(_name)(user_errors(_command))

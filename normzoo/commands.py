@@ -59,6 +59,31 @@ def train(
     typer.echo(f"run directory: {summary['run_dir']}")
 
 
+def prepare(
+    recipe: Path = typer.Argument(..., help="Recipe YAML file."),
+    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+) -> None:
+    """Encode RECIPE's data once into the memory-mapped cache that `train` reads: trains or
+    loads the tokenizer, encodes every split, and prints what it wrote."""
+    import sys
+
+    from normzoo import recipe as recipes
+
+    resolved = recipes.load(recipe, overrides or [])
+    if resolved.data.streaming:
+        from normzoo.errors import NormzooError
+
+        raise NormzooError("data.streaming is set: the training split is streamed while "
+                           "training, not prepared; train directly")
+    from normzoo.data.prepare import describe
+    from normzoo.data.prepare import prepare as build
+
+    with file_system_failures():
+        prepared, _, report = build(resolved, show=sys.stderr.isatty())
+    for line in describe(prepared, report):
+        typer.echo(line)
+
+
 recipe_app = typer.Typer(help="Inspect recipes: print them resolved, or validate them.",
                          no_args_is_help=True)
 
@@ -237,9 +262,9 @@ def diagnose(
                 variants.append(Variant(f"{key.split('.')[-1]}={value}", resolved))
         else:
             variants.append(Variant(target.stem, resolve(data)))
-        from normzoo.tasks.datamodule import fit_tokenizer
+        from normzoo.data.prepare import recipe_tokenizer
 
-        tokenizer = fit_tokenizer(variants[0].recipe)
+        tokenizer = recipe_tokenizer(variants[0].recipe)
     else:
         from normzoo.checkpoint import load
 

@@ -31,8 +31,7 @@ def translate_dataset(
     """Detokenized hypotheses for every sentence of ``data``, in the split's order."""
     device = next(model.parameters()).device
     hyps: dict[int, str] = {}
-    lengths = [len(s) + 1 for s in data.src]
-    for batch_items in token_budget_batches(lengths, max_tokens, shuffle=False):
+    for batch_items in token_budget_batches(data.src_lengths(), max_tokens, shuffle=False):
         batch = data.collate(batch_items)
         out = translate_batch(model, batch["src"].to(device), config)
         for i, ids in zip(batch["ids"].tolist(), out, strict=True):

@@ -49,6 +49,10 @@ class TokenizerConfig(_Section):
     vocab_size: int = Field(default=8000, ge=64, le=2**24)
     min_frequency: int = Field(default=2, ge=1)
     lowercase: bool = False
+    sample_size: int | None = Field(
+        default=1_000_000, gt=0,
+        description="train on a seeded sample of this many training examples (null: all)")
+    sample_seed: int = Field(default=0, description="seed of that sample")
 
 
 class DataConfig(_Section):
@@ -79,6 +83,10 @@ class DataConfig(_Section):
     )
     mask_prob: float = Field(default=0.15, gt=0, lt=1, description="MLM: fraction masked")
     num_workers: int = Field(default=0, ge=0)
+    streaming: bool = Field(
+        default=False,
+        description="hub corpora too large to prepare: stream and tokenize while training")
+    shuffle_buffer: int = Field(default=10_000, gt=0, description="streaming: shuffle buffer")
     tokenizer: TokenizerConfig = TokenizerConfig()
 
     @model_validator(mode="after")
@@ -87,6 +95,9 @@ class DataConfig(_Section):
             raise ValueError(ConfigError([Problem("dir", "required when source is 'files'")]))
         if self.source == "hub" and not self.path:
             raise ValueError(ConfigError([Problem("path", "required when source is 'hub'")]))
+        if self.streaming and self.source != "hub":
+            raise ValueError(ConfigError([Problem("streaming", "streams hub datasets only; "
+                                                  "prepare local files with `normzoo prepare`")]))
         return self
 
 
@@ -213,6 +224,10 @@ class Recipe(_Section):
             raise ValueError(ConfigError([Problem(
                 "model.residual.init", "'profiled' is not supported with trainer.strategy=fsdp; "
                 "use closed_form, or strategy ddp")]))
+        if self.data.streaming and self.task == "translation":
+            raise ValueError(ConfigError([Problem(
+                "data.streaming", "streams causal_lm and mlm corpora; translation corpora are "
+                "prepared once with `normzoo prepare` and memory-mapped")]))
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -407,7 +407,7 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
     import lightning as L
 
     from normzoo.data.tokenizer import Tokenizer
-    from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
+    from normzoo.tasks.datamodule import TextDataModule, show_progress
 
     started = time.perf_counter()
     ckpt_path = resume_checkpoint(run_dir, resume) if resume else None
@@ -425,14 +425,16 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
     # missing or broken, fail before anything is written to the run directory.
     trainer = build_trainer(recipe, run_dir)
     saved = run_dir / "tokenizer.json"
+    tokenizer = None  # the recipe's, from the prepared cache
     if saved_tokenizer:
         tokenizer = Tokenizer.from_str(saved_tokenizer)  # the one the weights were trained with
     elif saved.is_file() and rank > 0:
-        tokenizer = Tokenizer.load(saved)  # the one rank 0 trained
-    else:
-        tokenizer = fit_tokenizer(recipe)
-    data = TextDataModule(recipe, tokenizer)
+        tokenizer = Tokenizer.load(saved)  # the one rank 0 used
+    data = TextDataModule(recipe, tokenizer, show_progress=rank == 0 and show_progress())
+    # Prepared (by each node's first process) and mapped now, so that broken data fails
+    # before the run directory exists.
     data.setup("fit")
+    tokenizer = data.tokenizer
     if rank == 0 and ckpt_path is None:
         prepare_run_dir(recipe, recipe_path, force)
     if rank == 0:
@@ -441,7 +443,7 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
     L.seed_everything(recipe.seed, workers=True, verbose=False)
     task = task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size, tokenizer.to_str())
     if recipe.task == "translation":
-        task.valid_references = data.references[recipe.data.valid_split]
+        task.valid_references = data.references["valid"]
 
     metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
     # Lightning's CSV logger starts metrics.csv afresh: the earlier rows wait in a file of their
@@ -547,11 +549,11 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     from normzoo.evaluate import translate_dataset
     from normzoo.scoring import score
 
-    test = data.dataset(split)
-    sources = data.sources[split]
+    test = data.dataset("test")
+    sources = data.sources["test"]
     hyps = translate_dataset(task.model, data.tokenizer, test, recipe.eval,
                              recipe.data.max_tokens)
-    refs = data.references[split]
+    refs = data.references["test"]
     result = score(hyps, refs)
     copy = score(sources, refs)
     atomic_write_text(Path(trainer.default_root_dir) / f"hyps.{split}.txt",

@@ -18,10 +18,11 @@ import torch
 
 from normzoo import train
 from normzoo.data import builtin
+from normzoo.data.prepare import recipe_tokenizer
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.errors import ConfigError
 from normzoo.recipe import Recipe, from_dict, load
-from normzoo.tasks.datamodule import TextDataModule, fit_tokenizer
+from normzoo.tasks.datamodule import TextDataModule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -82,11 +83,11 @@ def test_each_task_learns(task_name: str, text_dir: Path):
             else {"source": "files", "dir": str(text_dir)})
     recipe = tiny(task_name, data)
     L.seed_everything(recipe.seed, verbose=False)
-    tokenizer = fit_tokenizer(recipe)
+    tokenizer = recipe_tokenizer(recipe)
     assert isinstance(tokenizer, Tokenizer) and tokenizer.vocab_size <= 200
     module = TextDataModule(recipe, tokenizer)
     module.setup("fit")
-    train_set = module.dataset(recipe.data.train_split, training=True)
+    train_set = module.dataset("train")
     assert len(train_set) > 0
     task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
                                          tokenizer.to_str())
@@ -111,7 +112,7 @@ def test_loaders_batch_within_the_budget(text_dir: Path):
                        ("mlm", {"source": "files", "dir": str(text_dir)}),
                        ("causal_lm", {"source": "files", "dir": str(text_dir)})]:
         recipe = tiny(name, data, data={"max_tokens": 256, "max_len": 32})
-        module = TextDataModule(recipe, fit_tokenizer(recipe))
+        module = TextDataModule(recipe, recipe_tokenizer(recipe))
         module.setup("fit")
         seen = 0
         for batch in module.train_dataloader():
@@ -119,7 +120,7 @@ def test_loaders_batch_within_the_budget(text_dir: Path):
                        if k in batch]
             assert all(t.numel() <= 256 for t in tensors), name
             seen += tensors[0].shape[0]
-        assert seen == len(module.dataset(recipe.data.train_split, training=True))
+        assert seen == len(module.dataset("train"))
 
 
 # -- one end-to-end run ----------------------------------------------------------------------------
@@ -373,7 +374,7 @@ def test_admin_profile_takes_rank_zero_values_and_leaves_the_generators(text_dir
     recipe = _admin_recipe(text_dir / "unused", text_dir, steps=1)
     recipe = from_dict({**recipe.to_dict(),
                         "model": {**recipe.to_dict()["model"], "dropout": 0.3}})
-    tokenizer = fit_tokenizer(recipe)
+    tokenizer = recipe_tokenizer(recipe)
     task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
                                          tokenizer.to_str())
     module = TextDataModule(recipe, tokenizer)

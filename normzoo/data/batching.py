@@ -16,44 +16,60 @@ repeating its examples, so that every rank has something to step on.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
 
+def pack(
+    lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0, epoch: int = 0,
+    shuffle: bool = True, shards: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The batches of :func:`token_budget_batches` as two arrays, ``(order, bounds)``: batch
+    ``b`` is ``order[bounds[b]:bounds[b + 1]]``. Vectorised, so that millions of examples cost
+    a few arrays and about a second rather than a Python list per example."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    budget = max_tokens * shards
+    too_long = np.flatnonzero(lengths > max_tokens)
+    if too_long.size:
+        i = int(too_long[0])
+        raise ValueError(f"example {i} has {lengths[i]} tokens, more than max_tokens={max_tokens}")
+    rng = np.random.default_rng([seed, epoch])
+    # Random ties between equal lengths, then a stable sort by length.
+    order = rng.permutation(len(lengths)) if shuffle else np.arange(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    # An empty example still takes a row: count it as one token, so batches stay bounded.
+    ordered = np.maximum(lengths[order], 1)
+    starts = []
+    start, n = 0, len(order)
+    while start < n:
+        # Sorted lengths: the k-th example joins while k * its length fits the budget, and that
+        # product only grows with k, so the batch ends at the first k where it does not.
+        most = min(budget // int(ordered[start]), n - start)
+        fits = np.arange(1, most + 1) * ordered[start : start + most] <= budget
+        size = most if fits.all() else int(np.argmin(fits))
+        starts.append(start)
+        start += size
+    bounds = np.array([*starts, n], dtype=np.int64)
+    if shuffle and len(starts) > 1:
+        sizes = np.diff(bounds)
+        shuffled = rng.permutation(len(starts))
+        order = np.concatenate([order[bounds[b] : bounds[b + 1]] for b in shuffled])
+        bounds = np.concatenate(([0], np.cumsum(sizes[shuffled])))
+    return order, bounds
+
+
 def token_budget_batches(
-    lengths: Sequence[int], max_tokens: int, *, seed: int = 0, epoch: int = 0,
+    lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0, epoch: int = 0,
     shuffle: bool = True, shards: int = 1,
 ) -> list[list[int]]:
     """Indices of ``lengths`` grouped into batches of at most ``shards * max_tokens`` padded
     tokens; no single example may be longer than ``max_tokens``."""
-    budget = max_tokens * shards
-    order = list(range(len(lengths)))
-    rng = random.Random(f"{seed}:{epoch}")
-    if shuffle:
-        rng.shuffle(order)  # random ties between equal lengths, then a stable sort
-    order.sort(key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    longest = 0
-    for i in order:
-        length = lengths[i]
-        if length > max_tokens:
-            raise ValueError(f"example {i} has {length} tokens, more than max_tokens={max_tokens}")
-        # An empty example still takes a row: count it as one token, so batches stay bounded.
-        length = max(length, 1)
-        if batch and (len(batch) + 1) * max(longest, length) > budget:
-            batches.append(batch)
-            batch, longest = [], 0
-        batch.append(i)
-        longest = max(longest, length)
-    if batch:
-        batches.append(batch)
-    if shuffle:
-        rng.shuffle(batches)
-    return batches
+    order, bounds = pack(lengths, max_tokens, seed=seed, epoch=epoch, shuffle=shuffle,
+                         shards=shards)
+    return [order[bounds[b] : bounds[b + 1]].tolist() for b in range(len(bounds) - 1)]
 
 
 class TokenBudgetSampler(Sampler[list[int]]):
@@ -65,15 +81,15 @@ class TokenBudgetSampler(Sampler[list[int]]):
     """
 
     def __init__(
-        self, lengths: Sequence[int], max_tokens: int, *, seed: int = 0, shuffle: bool = True,
-        rank: int = 0, world_size: int = 1,
+        self, lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0,
+        shuffle: bool = True, rank: int = 0, world_size: int = 1,
     ) -> None:
-        self.lengths, self.max_tokens = list(lengths), max_tokens
+        self.lengths, self.max_tokens = np.asarray(lengths, dtype=np.int64), max_tokens
         self.seed, self.shuffle = seed, shuffle
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
         self._skip = 0  # batches of the current epoch to pass over on the next iteration
-        self._cached: tuple[int, list[list[int]]] | None = None
+        self._cached: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def sampler(self) -> TokenBudgetSampler:
@@ -91,26 +107,27 @@ class TokenBudgetSampler(Sampler[list[int]]):
         """Make the next iteration start at batch ``batches`` of epoch ``epoch``."""
         self.epoch, self._skip = epoch, batches
 
-    def _all_batches(self) -> list[list[int]]:
+    def _packed(self) -> tuple[np.ndarray, np.ndarray]:
         if self._cached is None or self._cached[0] != self.epoch:  # len() and iter() share it
-            batches = token_budget_batches(
+            self._cached = (self.epoch, pack(
                 self.lengths, self.max_tokens, seed=self.seed, epoch=self.epoch,
                 shuffle=self.shuffle, shards=self.world_size,
-            )
-            self._cached = (self.epoch, batches)
+            ))
         return self._cached[1]
 
-    def _mine(self) -> list[list[int]]:
-        batches = self._all_batches()
+    def _share(self, batch: np.ndarray) -> list[int]:
         if self.world_size == 1:
-            return batches
-        return [batch[self.rank :: self.world_size] or [batch[self.rank % len(batch)]]
-                for batch in batches]
+            return batch.tolist()
+        return (batch[self.rank :: self.world_size] if len(batch) > self.rank
+                else batch[[self.rank % len(batch)]]).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
         # The skip stays until the epoch changes or resume_done(): a multi-process DataLoader
         # iterates its batch sampler twice while it starts.
-        return iter(self._mine()[self._skip:])
+        # Read now, not when the first batch is drawn: resume_done() may reset it in between.
+        order, bounds = self._packed()
+        return (self._share(order[bounds[b] : bounds[b + 1]])
+                for b in range(self._skip, len(bounds) - 1))
 
     def resume_done(self) -> None:
         """The resumed iteration has started: later ones begin at the epoch's first batch."""
@@ -122,7 +139,7 @@ class TokenBudgetSampler(Sampler[list[int]]):
         return self._skip
 
     def __len__(self) -> int:
-        return len(self._mine())
+        return len(self._packed()[1]) - 1
 
 
 class ResumableLoader(DataLoader):

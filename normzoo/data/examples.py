@@ -1,6 +1,11 @@
 """Encoded examples and how a batch of them becomes tensors, for each task.
 
-Pure torch (no Lightning): the data module wires these to loaders and samplers.
+Examples live in flat numpy arrays (:class:`TokenTable`: all token ids end to end, plus where
+each row starts), memory-mapped from the prepared cache during training or built in memory for
+a few sentences at the command line. Nothing here holds a Python list per example, so a split
+of millions of pairs costs a few arrays, shared between the processes that map them.
+
+Pure torch and numpy (no Lightning): the data module wires these to loaders and samplers.
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, MASK, PAD, SPECIALS
@@ -16,133 +22,184 @@ from normzoo.data.tokenizer import BOS, EOS, MASK, PAD, SPECIALS
 def pad(rows: Sequence[Sequence[int]], value: int = PAD) -> torch.Tensor:
     """Right-pad ``rows`` into one ``[len(rows), longest]`` long tensor."""
     longest = max(len(r) for r in rows)
-    out = torch.full((len(rows), longest), value, dtype=torch.long)
+    out = np.full((len(rows), longest), value, dtype=np.int64)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
-    return out
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned type that holds every id: half the bytes of int32 for the
+    vocabularies (< 65,536) that nearly every recipe uses, as fairseq and nanoGPT do."""
+    return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
 @dataclass
-class ParallelData:
-    """Encoded sentence pairs; ``ids`` index into the split (for scoring each sentence once)."""
+class TokenTable:
+    """Rows of token ids stored end to end: row ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``."""
 
-    src: list[list[int]]
-    tgt: list[list[int]]
-    ids: list[int]
+    tokens: np.ndarray
+    offsets: np.ndarray
 
     @classmethod
-    def build(cls, src: list[list[int]], tgt: list[list[int]], max_len: int, drop_long: bool):
-        """Training drops pairs longer than ``max_len``; evaluation truncates them instead."""
-        keep_src, keep_tgt, ids = [], [], []
-        for i, (s, t) in enumerate(zip(src, tgt, strict=True)):
-            if drop_long and (len(s) + 1 > max_len or len(t) + 1 > max_len):
-                continue
-            keep_src.append(s[: max_len - 1])
-            keep_tgt.append(t[: max_len - 1])
-            ids.append(i)
-        return cls(keep_src, keep_tgt, ids)
+    def from_rows(cls, rows: Sequence[Sequence[int]], vocab_size: int = 2**32) -> TokenTable:
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.fromiter((t for r in rows for t in r), dtype=token_dtype(vocab_size),
+                             count=int(offsets[-1]))
+        return cls(tokens, offsets)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.offsets) - 1
+
+    def row(self, i: int) -> np.ndarray:
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+class _Indexed:
+    """A map-style dataset whose items are their own indices: batches are built whole by
+    ``collate`` from the indices a batch sampler chose, never one example at a time."""
 
     def __getitem__(self, i: int) -> int:
         return i
 
-    def lengths(self) -> list[int]:
-        return [max(len(s), len(t)) + 1 for s, t in zip(self.src, self.tgt, strict=True)]
 
-    def collate(self, items: list[int]) -> dict[str, torch.Tensor]:
+class ParallelData(_Indexed):
+    """Encoded sentence pairs; ``ids`` are the kept rows' line numbers in the split (for
+    scoring each sentence once). Training drops pairs longer than ``max_len``; evaluation
+    keeps them and truncates them instead."""
+
+    def __init__(self, src: TokenTable, tgt: TokenTable, max_len: int, drop_long: bool) -> None:
+        self.src, self.tgt, self.max_len = src, tgt, max_len
+        src_len, tgt_len = src.lengths(), tgt.lengths()
+        if drop_long:
+            self.ids = np.flatnonzero((src_len < max_len) & (tgt_len < max_len))
+        else:
+            self.ids = np.arange(len(src), dtype=np.int64)
+        cap = max_len - 1
+        self._src_len = np.minimum(src_len[self.ids], cap)
+        self._tgt_len = np.minimum(tgt_len[self.ids], cap)
+
+    @classmethod
+    def build(cls, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], max_len: int,
+              drop_long: bool) -> ParallelData:
+        """From token lists in memory (a few sentences at the command line)."""
+        return cls(TokenTable.from_rows(src), TokenTable.from_rows(tgt), max_len, drop_long)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def lengths(self) -> np.ndarray:
+        """Padded length of each pair: the longer side plus its EOS or BOS."""
+        return np.maximum(self._src_len, self._tgt_len) + 1
+
+    def src_lengths(self) -> np.ndarray:
+        return self._src_len + 1
+
+    def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
         """Source + EOS; target input BOS + target; target output target + EOS."""
+        cap = self.max_len - 1
+        src = [self.src.row(self.ids[i])[:cap] for i in items]
+        tgt = [self.tgt.row(self.ids[i])[:cap] for i in items]
         return {
-            "src": pad([self.src[i] + [EOS] for i in items]),
-            "tgt_in": pad([[BOS, *self.tgt[i]] for i in items]),
-            "tgt_out": pad([[*self.tgt[i], EOS] for i in items]),
-            "ids": torch.tensor([self.ids[i] for i in items], dtype=torch.long),
+            "src": pad([np.append(s, EOS) for s in src]),
+            "tgt_in": pad([np.insert(t, 0, BOS) for t in tgt]),
+            "tgt_out": pad([np.append(t, EOS) for t in tgt]),
+            "ids": torch.from_numpy(self.ids[np.asarray(items, dtype=np.int64)]),
             # Counted here, on the host, so logging throughput never waits for the device.
-            "ntokens": sum(len(self.tgt[i]) + 1 for i in items),
+            "ntokens": sum(len(t) + 1 for t in tgt),
         }
 
 
-@dataclass
-class SentenceData:
-    """Encoded sentences for masked LM: BOS + tokens + EOS, one example per line.
+class SentenceData(_Indexed):
+    """Encoded sentences for masked LM: BOS + tokens + EOS, one example per non-empty line.
 
     With ``mask_seed`` set (validation, evaluation), a batch's masks depend only on the seed and
     the batch, so the metric compares checkpoints on the same masked tokens every time.
     """
 
-    rows: list[list[int]]
-    vocab_size: int
-    mask_prob: float
-    mask_seed: int | None = None
+    def __init__(self, lines: TokenTable, max_len: int, vocab_size: int, mask_prob: float,
+                 mask_seed: int | None = None) -> None:
+        self.lines, self.max_len = lines, max_len
+        self.vocab_size, self.mask_prob, self.mask_seed = vocab_size, mask_prob, mask_seed
+        lengths = lines.lengths()
+        self.keep = np.flatnonzero(lengths > 0)
+        self._lengths = np.minimum(lengths[self.keep], max_len - 2) + 2
 
     @classmethod
-    def build(cls, lines: list[list[int]], max_len: int, vocab_size: int, mask_prob: float,
-              mask_seed: int | None = None):
-        rows = [[BOS, *ids[: max_len - 2], EOS] for ids in lines if ids]
-        return cls(rows, vocab_size, mask_prob, mask_seed)
+    def build(cls, lines: Sequence[Sequence[int]], max_len: int, vocab_size: int,
+              mask_prob: float, mask_seed: int | None = None) -> SentenceData:
+        return cls(TokenTable.from_rows(lines), max_len, vocab_size, mask_prob, mask_seed)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.keep)
 
-    def __getitem__(self, i: int) -> int:
-        return i
+    def lengths(self) -> np.ndarray:
+        return self._lengths
 
-    def lengths(self) -> list[int]:
-        return [len(r) for r in self.rows]
+    def rows(self, items: Sequence[int]) -> list[np.ndarray]:
+        cap = self.max_len - 2
+        return [np.concatenate(([BOS], self.lines.row(self.keep[i])[:cap], [EOS]))
+                for i in items]
 
-    def collate(self, items: list[int]) -> dict[str, torch.Tensor]:
-        """BERT masking: of the chosen positions, 80% -> <mask>, 10% random, 10% unchanged."""
-        tokens = pad([self.rows[i] for i in items])
-        rng = None
-        if self.mask_seed is not None:
-            rng = torch.Generator().manual_seed(self.mask_seed * 1_000_003 + items[0])
-        maskable = tokens >= len(SPECIALS)
-        chosen = (torch.rand(tokens.shape, generator=rng) < self.mask_prob) & maskable
-        # At least one target per sentence, so no example contributes nothing.
-        none = ~chosen.any(dim=1) & maskable.any(dim=1)
-        if none.any():
-            first = maskable.float().argmax(dim=1)
-            chosen[none, first[none]] = True
-        labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
-        roll = torch.rand(tokens.shape, generator=rng)
-        inputs = tokens.clone()
-        inputs[chosen & (roll < 0.8)] = MASK
-        random_ids = torch.randint(len(SPECIALS), self.vocab_size, tokens.shape, generator=rng)
-        swap = chosen & (roll >= 0.8) & (roll < 0.9)
-        inputs[swap] = random_ids[swap]
-        return {"tokens": inputs, "labels": labels, "ntokens": int(maskable.sum())}
+    def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
+        seed = None if self.mask_seed is None else self.mask_seed * 1_000_003 + int(items[0])
+        return mask_tokens(pad(self.rows(items)), self.vocab_size, self.mask_prob, seed)
 
 
-@dataclass
-class BlockData:
-    """Causal LM: all lines joined with EOS, cut into blocks of ``block + 1`` tokens."""
+def mask_tokens(tokens: torch.Tensor, vocab_size: int, mask_prob: float,
+                seed: int | None) -> dict[str, torch.Tensor]:
+    """BERT masking: of the chosen positions, 80% -> <mask>, 10% random, 10% unchanged."""
+    rng = None if seed is None else torch.Generator().manual_seed(seed)
+    maskable = tokens >= len(SPECIALS)
+    chosen = (torch.rand(tokens.shape, generator=rng) < mask_prob) & maskable
+    # At least one target per sentence, so no example contributes nothing.
+    none = ~chosen.any(dim=1) & maskable.any(dim=1)
+    if none.any():
+        first = maskable.float().argmax(dim=1)
+        chosen[none, first[none]] = True
+    labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
+    roll = torch.rand(tokens.shape, generator=rng)
+    inputs = tokens.clone()
+    inputs[chosen & (roll < 0.8)] = MASK
+    random_ids = torch.randint(len(SPECIALS), vocab_size, tokens.shape, generator=rng)
+    swap = chosen & (roll >= 0.8) & (roll < 0.9)
+    inputs[swap] = random_ids[swap]
+    return {"tokens": inputs, "labels": labels, "ntokens": int(maskable.sum())}
 
-    blocks: list[list[int]]
+
+class BlockData(_Indexed):
+    """Causal LM: one token stream (every line followed by EOS), cut into blocks of
+    ``block + 1`` tokens that overlap by one, so block ``i``'s last label is block ``i+1``'s
+    first input. A block is a view into the stream: nothing is copied until collation."""
+
+    def __init__(self, stream: np.ndarray, block: int) -> None:
+        self.stream, self.block = stream, block
+        self.starts = np.arange(0, max(len(stream) - 1, 0), block, dtype=np.int64)
 
     @classmethod
-    def build(cls, lines: list[list[int]], block: int):
-        stream: list[int] = []
-        for ids in lines:
-            stream.extend(ids)
-            stream.append(EOS)
-        size = block + 1
-        blocks = [stream[i : i + size] for i in range(0, len(stream) - 1, block)]
-        return cls([b for b in blocks if len(b) > 1])
+    def build(cls, lines: Sequence[Sequence[int]], block: int) -> BlockData:
+        return cls(TokenTable.from_rows([[*ids, EOS] for ids in lines]).tokens, block)
 
     def __len__(self) -> int:
-        return len(self.blocks)
+        return len(self.starts)
 
-    def __getitem__(self, i: int) -> int:
-        return i
+    def lengths(self) -> np.ndarray:
+        return np.minimum(self.block + 1, len(self.stream) - self.starts) - 1
 
-    def lengths(self) -> list[int]:
-        return [len(b) - 1 for b in self.blocks]
+    def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
+        rows = [self.stream[self.starts[i] : self.starts[i] + self.block + 1] for i in items]
+        return collate_blocks(rows)
 
-    def collate(self, items: list[int]) -> dict[str, torch.Tensor]:
-        rows = [self.blocks[i] for i in items]
-        return {
-            "tokens": pad([r[:-1] for r in rows]),
-            "labels": pad([r[1:] for r in rows], value=-100),
-            "ntokens": sum(len(r) - 1 for r in rows),
-        }
+
+def collate_blocks(rows: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
+    """Inputs are a block without its last token, labels without its first."""
+    return {
+        "tokens": pad([r[:-1] for r in rows]),
+        "labels": pad([r[1:] for r in rows], value=-100),
+        "ntokens": sum(len(r) - 1 for r in rows),
+    }

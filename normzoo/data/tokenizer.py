@@ -33,20 +33,20 @@ def cache_dir() -> Path:
     return Path(root) / "tokenizers"
 
 
-def _cache_failure(error: OSError | None) -> RuntimeFailure:
+def cache_failure(error: OSError | None, folder: Path | None = None) -> RuntimeFailure:
     """The cache folder cannot be used: say which, and how to point it elsewhere (exit 1), as
-    Hugging Face does for an unusable ``HF_HOME``, rather than training without it."""
-    folder = cache_dir()
+    Hugging Face does for an unusable ``HF_HOME``, rather than working without it."""
+    folder = folder or cache_dir()
     setting = os.environ.get("NORMZOO_CACHE")
     where = (f"NORMZOO_CACHE={setting}" if setting else
-             f"the default {folder.parent}, since NORMZOO_CACHE is not set")
+             f"the default {cache_dir().parent}, since NORMZOO_CACHE is not set")
     if error is None:
         reason = "it cannot be written"
     else:
         reason = os_reason(error)
         if error.filename is not None and error.errno != errno.ENOSPC:
             reason += f": {error.filename}"
-    return RuntimeFailure(f"cannot use the tokenizer cache {folder} ({where}): {reason}; "
+    return RuntimeFailure(f"cannot use the cache {folder} ({where}): {reason}; "
                           "point NORMZOO_CACHE at a writable folder")
 
 
@@ -151,7 +151,7 @@ def train_tokenizer(
             path.parent.mkdir(parents=True, exist_ok=True)
             cached = path.is_file()
         except OSError as error:
-            raise _cache_failure(error) from None
+            raise cache_failure(error) from None
         if cached:
             try:
                 return Tokenizer.load(path)
@@ -165,5 +165,5 @@ def train_tokenizer(
             atomic_write_text(path, tokenizer.to_str(), "tokenizer cache entry")
         except RuntimeFailure as error:
             cause = error.__cause__
-            raise _cache_failure(cause if isinstance(cause, OSError) else None) from None
+            raise cache_failure(cause if isinstance(cause, OSError) else None) from None
     return tokenizer

@@ -34,7 +34,8 @@ def first_batch(recipe: Recipe, tokenizer) -> dict:
     from normzoo.tasks.datamodule import TextDataModule
 
     data = TextDataModule(recipe, tokenizer)
-    dataset = data.dataset(recipe.data.train_split, training=True)
+    data.prepare_data()
+    dataset = data.dataset("train")
     batch = token_budget_batches(dataset.lengths(), recipe.data.max_tokens, seed=recipe.seed)[0]
     return dataset.collate(batch)
 
