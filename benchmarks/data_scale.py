@@ -12,7 +12,8 @@ size of WMT14 En-De (validation newstest2013, test newstest2014). For each size 
 * warm start: wall time from launching ``normzoo train`` to the end of its first optimizer
   step, with the cache ready, for one process and for two DDP processes;
 * peak resident memory (``ru_maxrss``) of each process at that step, and the same peak for a
-  1,000-pair corpus: the model's own memory, which the data adds to.
+  corpus of every real pair once (about 40 k pairs: the same vocabulary, so the same model):
+  the model's own memory, which the data adds to.
 
 The same is measured for the in-memory data path of ``--baseline`` (a git revision before
 prepared data; run from a temporary worktree) up to ``--baseline-max`` pairs, and for a
@@ -59,10 +60,17 @@ def child(out_dir: str, argv: list[str]) -> None:
     from normzoo import cli, train
 
     class FirstStep(Callback):
+        batch_time = None
+
+        def on_train_batch_start(self, trainer, *args) -> None:
+            if self.batch_time is None:  # data mapped, model built, first batch in hand
+                self.batch_time = time.time()
+
         def on_train_batch_end(self, trainer, *args) -> None:
             if trainer.global_step >= 1:
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-                record = {"time": time.time(), "peak_rss": peak, "rank": trainer.global_rank}
+                record = {"time": time.time(), "batch_time": self.batch_time,
+                          "peak_rss": peak, "rank": trainer.global_rank}
                 path = Path(out_dir) / f"rank{trainer.global_rank}.json"
                 path.write_text(json.dumps(record))
                 os._exit(0)
@@ -114,6 +122,22 @@ def real_pairs() -> tuple[list[str], list[str]]:
     return src, tgt
 
 
+def write_real_corpus(folder: Path) -> Path:
+    """Every real pair once (about 40 k): the same vocabulary as the sampled corpora, so the
+    same model, with a corpus too small for its data to matter: the model's own memory."""
+    if (folder / "done").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    src, tgt = real_pairs()
+    (folder / "train.en").write_text("".join(line + "\n" for line in src))
+    (folder / "train.de").write_text("".join(line + "\n" for line in tgt))
+    for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
+        for lang in ("en", "de"):
+            shutil.copyfile(WMT14 / f"{split}.{lang}", folder / f"{role}.{lang}")
+    (folder / "done").write_text("")
+    return folder
+
+
 def write_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
     """``pairs`` training pairs sampled from the real ones; WMT14's dev and test sets."""
     if (folder / "done").is_file():
@@ -129,6 +153,19 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
     for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
         for lang in ("en", "de"):
             shutil.copyfile(WMT14 / f"{split}.{lang}", folder / f"{role}.{lang}")
+    (folder / "done").write_text("")
+    return folder
+
+
+def write_lm_real_corpus(folder: Path) -> Path:
+    """Every real line once: the LM corpora's vocabulary, little data."""
+    if (folder / "done").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    src, tgt = real_pairs()
+    (folder / "train.txt").write_text("".join(line + "\n" for line in src + tgt))
+    for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
+        (folder / f"{role}.txt").write_bytes((WMT14 / f"{split}.en").read_bytes())
     (folder / "done").write_text("")
     return folder
 
@@ -188,6 +225,7 @@ def first_step(args, recipe: str, overrides: list[str], devices: int, work: Path
     if len(records) != devices:
         return {"error": f"exit {process.returncode}: {err.strip().splitlines()[-1:]}"}
     return {"seconds": round(max(r["time"] for r in records) - started, 1),
+            "to_first_batch": round(max(r["batch_time"] for r in records) - started, 1),
             "peak_mib": [round(r["peak_rss"] / 2**20) for r in records]}
 
 
@@ -227,7 +265,7 @@ def measure(args) -> dict:
     results: dict = {"translation": [], "lm": None, "model_only": {}}
     recipe = "recipes/wmt_prenorm.yaml"
     sizes = [int(s) for s in args.sizes.split(",")]
-    tiny = write_corpus(work / "corpus-1000", 1000)
+    tiny = write_real_corpus(work / "corpus-real")
     for devices in (1, 2):
         results["model_only"][devices] = first_step(args, recipe, [f"data.dir={tiny}"], devices,
                                                     work)
@@ -264,7 +302,7 @@ def measure(args) -> dict:
         row = {"target_tokens": args.lm_tokens,
                "corpus_mib": round((folder / "train.txt").stat().st_size / 2**20),
                "prepare": cold_prepare(lm_recipe, overrides, cache, work, args.threads)}
-        small = write_lm_corpus(work / "lm-200000", 200_000)
+        small = write_lm_real_corpus(work / "lm-real")
         for devices in (1, 2):
             print(f"LM corpus: warm start, {devices} process(es)", file=sys.stderr, flush=True)
             row[f"prepared_{devices}"] = first_step(
@@ -279,55 +317,63 @@ def measure(args) -> dict:
 # -- report -----------------------------------------------------------------------------------
 
 
-def _cell(result: dict | None, index: int | None = None) -> str:
+def _cell(result: dict | None, what: str) -> str:
+    """One table cell: ``start`` (to the first batch / to the end of the first step), ``peak``
+    (MiB, per rank) or ``prepare`` (seconds)."""
     if not result:
         return "not run"
     if "error" in result:
         return f"failed: {result['error']}"[:80]
-    if index is None:
+    if what == "prepare":
         return f"{result['seconds']:.0f} s"
-    return f"{result['peak_mib'][index]:,}"
+    if what == "start":
+        return f"{result['to_first_batch']:.0f} / {result['seconds']:.0f} s"
+    return ", ".join(f"{peak:,}" for peak in result["peak_mib"])
 
 
 def report(args, results: dict, info: dict) -> list[str]:
     model = results["model_only"]
     lines = ["# Data at scale: prepare once, memory-map everywhere", "", *machine_lines(info), "",
              f"Command: `python benchmarks/data_scale.py {' '.join(args.argv)}`".rstrip(), "",
-             "Transformer-base (recipes/wmt_prenorm.yaml), fp32 on the CPU, first optimizer "
-             "step; peak resident memory per process in MiB (two figures: the two DDP ranks). "
-             "The model's own: the same run on a 1,000-pair corpus, "
-             f"{_cell(model.get(1), 0)} MiB (one process), {_cell(model.get(2), 0)} and "
-             f"{_cell(model.get(2), 1)} MiB (two).", "",
-             "| pairs | text MiB | path | cold prepare | start, 1 proc | peak MiB | "
-             "start, 2 procs | peak MiB (rank 0, 1) |",
+             "`normzoo train recipes/wmt_prenorm.yaml` (Transformer-base, fp32, CPU). *Start*: "
+             "seconds from launching the command to its first batch (data ready, model built) "
+             "/ to the end of its first optimizer step. *Peak*: resident memory of each process "
+             "at that step, MiB. The model's own, the same run on every real pair once (about "
+             f"40 k pairs, the same vocabulary): {_cell(model.get(1), 'peak')} MiB for one "
+             f"process, {_cell(model.get(2), 'peak')} for two; start "
+             f"{_cell(model.get(1), 'start')} and {_cell(model.get(2), 'start')}.", "",
+             "| pairs | text MiB | data path | cold prepare | start, 1 process | peak | "
+             "start, 2 processes | peaks |",
              "|---:|---:|---|---:|---:|---:|---:|---:|"]
     for row in results["translation"]:
         for path, label in (("prepared", "prepared"), ("in_memory", "in-memory")):
             one, two = row.get(f"{path}_1"), row.get(f"{path}_2")
             if one is None and path == "in_memory":
                 continue
-            prep = _cell(row["prepare"]) if path == "prepared" else "-"
-            peaks2 = (f"{_cell(two, 0)}, {_cell(two, 1)}" if two and "error" not in two
-                      else _cell(two))
+            prep = _cell(row["prepare"], "prepare") if path == "prepared" else "-"
             lines.append(f"| {row['pairs']:,} | {row['corpus_mib']:,} | {label} | {prep} | "
-                         f"{_cell(one)} | {_cell(one, 0) if one and 'error' not in one else '-'}"
-                         f" | {_cell(two)} | {peaks2} |")
+                         f"{_cell(one, 'start')} | {_cell(one, 'peak')} | {_cell(two, 'start')} "
+                         f"| {_cell(two, 'peak')} |")
     lm = results.get("lm")
     if lm:
-        lines += ["", "## Causal LM (recipes/gpt_prenorm.yaml)", "",
-                  "| corpus | cold prepare | start, 1 proc | peak MiB | model's own MiB | "
-                  "start, 2 procs | peak MiB (rank 0, 1) | model's own MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         tokens = next((line for line in lm["prepare"].get("report", [])
-                       if line.startswith("train")), "")
-        one, two = lm["prepared_1"], lm["prepared_2"]
-        own1, own2 = lm["model_only_1"], lm["model_only_2"]
-        lines.append(f"| {tokens or lm['target_tokens']} ({lm['corpus_mib']:,} MiB of text) | "
-                     f"{_cell(lm['prepare'])} | {_cell(one)} | {_cell(one, 0)} | "
-                     f"{_cell(own1, 0)} | {_cell(two)} | {_cell(two, 0)}, {_cell(two, 1)} | "
-                     f"{_cell(own2, 0)}, {_cell(own2, 1)} |")
-    lines += ["", "What `normzoo prepare` printed for the largest corpus:", "", "```"]
-    lines += [*results["translation"][-1]["prepare"].get("report", []), "```", ""]
+                       if line.startswith("train")), str(lm["target_tokens"]))
+        lines += ["", "## Causal LM", "",
+                  "`recipes/gpt_prenorm.yaml` with a smaller decoder (" + " ".join(LM) + "), "
+                  f"on {tokens} ({lm['corpus_mib']:,} MiB of text); the model's own: every real "
+                  "line once.", "",
+                  "| corpus | cold prepare | start, 1 process | peak | start, 2 processes | "
+                  "peaks |", "|---|---:|---:|---:|---:|---:|",
+                  f"| 100 M tokens | {_cell(lm['prepare'], 'prepare')} | "
+                  f"{_cell(lm['prepared_1'], 'start')} | {_cell(lm['prepared_1'], 'peak')} | "
+                  f"{_cell(lm['prepared_2'], 'start')} | {_cell(lm['prepared_2'], 'peak')} |",
+                  f"| model's own | - | {_cell(lm['model_only_1'], 'start')} | "
+                  f"{_cell(lm['model_only_1'], 'peak')} | {_cell(lm['model_only_2'], 'start')} | "
+                  f"{_cell(lm['model_only_2'], 'peak')} |"]
+    largest = results["translation"][-1]["prepare"]
+    lines += ["", f"What `normzoo prepare` printed for the largest corpus (peak memory "
+              f"{largest.get('peak_mib', '?'):,} MiB):", "", "```",
+              *largest.get("report", []), "```", ""]
     return lines
 
 

@@ -150,6 +150,20 @@ def examples(data: DataConfig, split: str, task: str, limit: int | None) -> int:
     return total if limit is None else min(total, limit)
 
 
+_hashed: dict[tuple, bytes] = {}
+
+
+def _file_hash(path: Path) -> bytes:
+    """SHA-256 of a file's bytes, computed once per process for an unchanged file (same
+    inode, size and modification time): the tokenizer's key and the cache's both need it."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _hashed:
+        with path.open("rb") as handle:
+            _hashed[key] = hashlib.file_digest(handle, "sha256").digest()
+    return _hashed[key]
+
+
 def fingerprint(data: DataConfig, split: str, task: str) -> str:
     """A hash of ``split``'s content: each file's bytes, the hub dataset's own fingerprint
     (which covers its files and the processing that built it), or the built-in corpus's
@@ -159,8 +173,7 @@ def fingerprint(data: DataConfig, split: str, task: str) -> str:
         for path in _files(data, split, task):
             if not path.is_file():
                 raise DataError(f"data file not found: {path}")
-            with path.open("rb") as handle:
-                digest.update(hashlib.file_digest(handle, "sha256").digest())
+            digest.update(_file_hash(path))
     elif data.source == "builtin":
         from normzoo.data import builtin
 

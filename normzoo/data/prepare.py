@@ -35,7 +35,8 @@ from normzoo.data.prepared import (
     write_lines,
     write_manifest,
 )
-from normzoo.data.tokenizer import EOS, Tokenizer, train_tokenizer
+from normzoo.data.tokenizer import EOS, Tokenizer, cache_failure, train_tokenizer
+from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.recipe import Recipe
 
 ROLES = ("train", "valid", "test")
@@ -157,14 +158,18 @@ def recipe_tokenizer(recipe: Recipe) -> Tokenizer:
     if path.is_file():
         try:
             return Tokenizer.load(path)
-        except Exception:  # a damaged entry is trained again and replaced
+        except NormzooError:  # a damaged entry is trained again and replaced
             pass
     tok = recipe.data.tokenizer
     texts = _stream_sample(recipe) if recipe.data.streaming else _tokenizer_texts(recipe)
     tokenizer = train_tokenizer(texts, kind=tok.type,
                                 vocab_size=tok.vocab_size, min_frequency=tok.min_frequency,
                                 lowercase=tok.lowercase, use_cache=False)
-    atomic_write_text(path, tokenizer.to_str(), "tokenizer cache entry")
+    try:  # atomic: concurrent runs never read a half-written file
+        atomic_write_text(path, tokenizer.to_str(), "tokenizer cache entry")
+    except RuntimeFailure as error:
+        cause = error.__cause__
+        raise cache_failure(cause if isinstance(cause, OSError) else None, path.parent) from None
     return tokenizer
 
 
@@ -269,8 +274,6 @@ def prepare(recipe: Recipe, tokenizer: Tokenizer | None = None, *, show: bool = 
     try:
         _build(recipe, tokenizer, key, show, roles)
     except OSError as error:  # a full disk, a read-only cache: nothing half-built is kept
-        from normzoo.data.tokenizer import cache_failure
-
         raise cache_failure(error, cache_root()) from None
     report.built = True
     prepared = Prepared.open(path, verify=False)  # just written and checked by its build

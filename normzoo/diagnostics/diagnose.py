@@ -35,6 +35,8 @@ def first_batch(recipe: Recipe, tokenizer) -> dict:
 
     data = TextDataModule(recipe, tokenizer)
     data.prepare_data()
+    if recipe.data.streaming:
+        return next(iter(data.train_dataloader()))
     dataset = data.dataset("train")
     batch = token_budget_batches(dataset.lengths(), recipe.data.max_tokens, seed=recipe.seed)[0]
     return dataset.collate(batch)

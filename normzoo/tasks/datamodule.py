@@ -51,6 +51,11 @@ class TextDataModule(L.LightningDataModule):
         if self.prepared is None:
             self.prepared, self.tokenizer, self.report = prepare(
                 self.recipe, self.tokenizer, show=self.show_progress, roles=self.roles)
+            if self.report.built:  # say what was prepared (and what was damaged) once
+                from normzoo.data.prepare import describe
+
+                for line in describe(self.prepared, self.report):
+                    print(f"data: {line}", file=sys.stderr)
 
     def _open(self) -> Prepared:
         if self.prepared is None:
