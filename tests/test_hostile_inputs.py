@@ -235,7 +235,7 @@ RANGED = [leaf for leaf in LEAVES.values() if out_of_range(leaf)]
 # Leaves the valid-value strategy leaves alone: their valid values depend on other keys.
 CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vocab_size",
                "model.pad_id", "model.encoder_layers", "model.decoder_layers", "optim.lr",
-               "optim.min_lr", "data.source", "model.norm", "model.residual"}
+               "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming"}
 SAFE_TEXT = st.text(string.ascii_letters + string.digits + "_-/", min_size=1, max_size=12).filter(
     lambda s: s.lower() not in {"null", "~", "true", "false"})
 SPECIAL_VALID = {
@@ -362,6 +362,8 @@ CROSS_FIELD_MUTATIONS = [
     Mutation("data.dir", (("data.source", "files"), ("data.dir", DELETE)),
              says="required"),
     Mutation("data.path", (("data.source", "hub"), ("data.path", DELETE)), says="required"),
+    Mutation("data.streaming", (("data.streaming", True),), reads=("data.source",),
+             says="streams hub datasets only"),
     Mutation("model.residual.name", (("model.residual.name", DELETE),), says="required"),
     Mutation("model.norm.name", (("model.norm.name", DELETE),), says="required"),
     Mutation("model.norm", (("model.norm", "no_such_norm"),), says="unknown norm"),
