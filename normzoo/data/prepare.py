@@ -17,7 +17,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +49,6 @@ class Report:
     built: bool = False
     rebuilt_damaged: str = ""
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 def _hash(settings: dict) -> str:
