@@ -72,10 +72,11 @@ class TrainSetup:
 
 def token_loss_terms(logits: torch.Tensor,
                      target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The formula of normzoo's TranslationTask.loss_terms, for the peers' logits."""
-    total = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD,
-                            label_smoothing=LABEL_SMOOTHING, reduction="sum")
-    return total, target.ne(PAD).sum()
+    """normzoo's training loss (:func:`normzoo.tasks.terms.token_terms`), on a peer's logits."""
+    from normzoo.tasks.terms import token_terms
+
+    terms = token_terms(logits, target, ignore_index=PAD, smoothing=LABEL_SMOOTHING)
+    return terms.loss_sum, terms.tokens
 
 
 def adamw(model: nn.Module) -> torch.optim.Optimizer:
@@ -111,9 +112,14 @@ def normzoo_train(size: Size, vocab_size: int) -> TrainSetup:
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
                                   "label_smoothing": LABEL_SMOOTHING}})
-    task = TranslationTask(recipe.to_dict(), vocab_size)
+    task = TranslationTask(recipe, vocab_size)
     optimizer, scheduler = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)
-    return TrainSetup(task.model, task.training_terms, optimizer, scheduler)
+
+    def loss_terms(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        terms = task.loss_terms(batch, recipe.optim.label_smoothing)  # as training_step
+        return terms.loss_sum, terms.tokens
+
+    return TrainSetup(task.model, loss_terms, optimizer, scheduler)
 
 
 def normzoo_model(size: Size, vocab_size: int) -> nn.Module:

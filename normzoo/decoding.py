@@ -6,12 +6,30 @@ decoder, whose cache holds the keys and values of the earlier ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
+from torch import nn
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
 from normzoo.models.families import DecoderModel, Seq2SeqModel
+
+
+@contextmanager
+def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Run the block with ``model`` in eval mode, then give it back the mode it came in with.
+
+    Decoding needs eval mode (no dropout) whatever mode the caller's model is in, and must not
+    change that mode behind the caller's back; restoring it in ``finally`` also holds when
+    decoding raises, so an error cannot leave a training model silently without dropout.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def max_target_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor:
@@ -34,9 +52,7 @@ def greedy(
     ``min_len`` bans EOS until a hypothesis has that many tokens (fairseq's ``--min-len``);
     the length limit still wins where it is shorter.
     """
-    model_was_training = model.training
-    model.eval()
-    try:
+    with evaluation_mode(model):
         limit = model.config.max_positions - 1
         lengths = max_target_lengths(src, max_len_a, max_len_b, limit)
         memory, memory_mask = model.encode(src)
@@ -55,8 +71,6 @@ def greedy(
             if bool(finished.all()):
                 break
         return [_strip(row) for row in out.tolist()]
-    finally:
-        model.train(model_was_training)
 
 
 def _ban_specials(scores: torch.Tensor, step: int, min_len: int) -> None:
@@ -123,9 +137,7 @@ def beam_search(
     stand); the best finished one is returned. With ``beam=1`` this is exactly greedy search.
     ``min_len`` bans EOS before that many tokens, as in :func:`greedy`.
     """
-    model_was_training = model.training
-    model.eval()
-    try:
+    with evaluation_mode(model):
         batch, k = src.shape[0], beam
         device = src.device
         limit = model.config.max_positions - 1
@@ -172,8 +184,6 @@ def beam_search(
             next_token = picked[..., 2].long().to(device).view(-1, 1)
             tokens = torch.cat([tokens[reorder], next_token], dim=1)
         return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
-    finally:
-        model.train(model_was_training)
 
 
 @torch.no_grad()
@@ -196,9 +206,7 @@ def sample(
     if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None
                                                                           and top_k < 1):
         raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 1")
-    model_was_training = model.training
-    model.eval()
-    try:
+    with evaluation_mode(model):
         batch = prompt.shape[0]
         limit = model.config.max_positions - prompt.shape[1]
         cache = model.new_cache()
@@ -215,8 +223,6 @@ def sample(
                 break
             logits = model(token[:, None], cache=cache)[:, -1]
         return [_strip(row) for row in out.tolist()]
-    finally:
-        model.train(model_was_training)
 
 
 def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,

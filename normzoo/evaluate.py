@@ -10,6 +10,7 @@ from normzoo.data.tokenizer import Tokenizer
 from normzoo.decoding import beam_search, greedy
 from normzoo.models.families import Seq2SeqModel
 from normzoo.recipe import EvalConfig
+from normzoo.tasks.terms import token_terms
 
 
 def translate_batch(model: Seq2SeqModel, src: torch.Tensor, config: EvalConfig) -> list[list[int]]:
@@ -41,10 +42,10 @@ def translate_dataset(
 
 @torch.no_grad()
 def language_model_metrics(loaded, lines: list[str], max_tokens: int, seed: int = 0) -> dict:
-    """MLM accuracy (masked LM, seeded masking) or perplexity (causal LM) on raw ``lines``."""
+    """MLM accuracy (masked LM, seeded masking) or perplexity (causal LM) on raw ``lines``:
+    the token terms the LM tasks log in validation (:func:`normzoo.tasks.terms.token_terms`),
+    summed over the whole text."""
     import math
-
-    import torch.nn.functional as F
 
     from normzoo.data.examples import BlockData, SentenceData
 
@@ -59,13 +60,11 @@ def language_model_metrics(loaded, lines: list[str], max_tokens: int, seed: int 
     device = next(model.parameters()).device
     for items in token_budget_batches(data.lengths(), max_tokens, shuffle=False):
         batch = data.collate(items)
-        logits = model(batch["tokens"].to(device)).float()
-        labels = batch["labels"].to(device)
-        nll += F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100,
-                               reduction="sum").item()
-        targets = labels.ne(-100)
-        correct += int((logits.argmax(-1).eq(labels) & targets).sum())
-        total += int(targets.sum())
+        terms = token_terms(model(batch["tokens"].to(device)), batch["labels"].to(device),
+                            ignore_index=-100, count_correct=True)
+        nll += terms.loss_sum.item()
+        correct += int(terms.correct)
+        total += int(terms.tokens)
     loss = nll / max(total, 1)
     result = {"task": recipe.task, "tokens": total, "loss": round(loss, 4)}
     if recipe.task == "mlm":

@@ -23,12 +23,11 @@ import torch
 
 from normzoo import __version__
 from normzoo.atomic import fsync_directory, os_reason
-from normzoo.checkpoint import (
-    EXPORT_FILES,
+from normzoo.checkpoint import EXPORT_FILES, load_checkpoint
+from normzoo.checkpoint_files import (
     CheckpointError,
     check_finite,
     checkpoint_parts,
-    load_checkpoint,
     load_state,
     read_checkpoint,
 )

@@ -66,6 +66,27 @@ def pydantic_problems(
     return problems
 
 
+def rule_error(*problems: Problem) -> ValueError:
+    """What a cross-field rule raises inside a pydantic validator.
+
+    pydantic wraps a validator's ``ValueError`` in its own error item; carrying a
+    :class:`ConfigError` inside keeps each problem's own key path, which
+    :func:`rule_problems` takes back out.
+    """
+    return ValueError(ConfigError(problems))
+
+
+def rule_problems(item: Any, prefix: str = "") -> list[Problem] | None:
+    """The problems a :func:`rule_error` carried in a pydantic error ``item``, located under
+    ``prefix`` and the item's own path; None for an error of pydantic's own."""
+    inner = item.get("ctx", {}).get("error")
+    inner = inner.args[0] if isinstance(inner, ValueError) and inner.args else inner
+    if not isinstance(inner, ConfigError):
+        return None
+    where = ".".join([prefix, *map(str, item["loc"])] if prefix else map(str, item["loc"]))
+    return inner.prefixed(where).problems if where else inner.problems
+
+
 def _takes_numbers(annotation: Any) -> bool:
     """Whether a field of this type takes numbers but not booleans."""
     if get_origin(annotation) is Annotated:

@@ -6,7 +6,8 @@ nothing); a plugin is imported the first time it is asked for. A plugin that fai
 reported by ``normzoo list`` and becomes an error only when a recipe names it. Two distributions
 registering one name is an error that names both, except where a checkpoint recorded which one
 built it (:func:`pinned`). normzoo's own names are reserved: a plugin registering one is that
-plugin's conflict (``normzoo list`` shows it), and the built-in keeps working.
+plugin's conflict (``normzoo list`` shows it), and the built-in keeps working. What one entry
+is (its provenance, its conflict, its description) is :mod:`normzoo.registry_entry`.
 
 This module imports neither torch nor Lightning, so ``normzoo list`` and ``--help`` stay fast.
 """
@@ -14,22 +15,48 @@ This module imports neither torch nor Lightning, so ``normzoo list`` and ``--hel
 from __future__ import annotations
 
 import importlib
-import re
 import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from normzoo.errors import RegistryError
 from normzoo.options import close_match
+from normzoo.registry_entry import (
+    BUILTIN,
+    Entry,
+    PluginInfo,
+    first_doc_line,
+    is_builtin,
+    normalize_distribution,
+    same_distribution,
+)
+
+# What is recorded and shown about one entry lives in normzoo.registry_entry; callers import it
+# from here, with the rest of the registry.
+__all__ = [
+    "BUILTIN",
+    "IN_PROCESS",
+    "NORMS_GROUP",
+    "RESIDUALS_GROUP",
+    "Entry",
+    "PluginInfo",
+    "PluginVersionWarning",
+    "Registry",
+    "first_doc_line",
+    "normalize_distribution",
+    "norms",
+    "of_kind",
+    "pinned",
+    "plugin_provenance",
+    "residuals",
+]
 
 NORMS_GROUP = "normzoo.norms"
 RESIDUALS_GROUP = "normzoo.residuals"
 IN_PROCESS = "<in-process>"
-BUILTIN = "normzoo"  # the distribution whose names are reserved
 
 # (group, name) -> canonical distribution: who resolves a contested name (see ``pinned``).
 _pins: ContextVar[dict[tuple[str, str], str] | None] = ContextVar("normzoo_pins", default=None)
@@ -37,75 +64,6 @@ _pins: ContextVar[dict[tuple[str, str], str] | None] = ContextVar("normzoo_pins"
 
 class PluginVersionWarning(UserWarning):
     """A checkpoint was built with another version of a plugin than the one installed."""
-
-
-@dataclass(frozen=True)
-class PluginInfo:
-    """Where a registered name comes from; recorded in every checkpoint."""
-
-    name: str
-    distribution: str
-    version: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "distribution": self.distribution, "version": self.version}
-
-
-@dataclass
-class Entry:
-    """One registered name. ``target`` is ``module:attr`` (entry point) or the object itself.
-
-    ``claimants`` are other distributions' entries for the same name (a conflict);
-    ``reserved`` is set on a plugin's entry refused because the name is a built-in's.
-    """
-
-    info: PluginInfo
-    target: str
-    obj: Any = None
-    error: str | None = None
-    claimants: list[Entry] = field(default_factory=list)
-    reserved: PluginInfo | None = None
-
-    @property
-    def loaded(self) -> bool:
-        return self.obj is not None
-
-    @property
-    def rivals(self) -> list[PluginInfo]:
-        """The other distributions that register this name."""
-        return [claimant.info for claimant in self.claimants]
-
-    @property
-    def conflict(self) -> str | None:
-        """Why this entry cannot be used as it stands (``normzoo list``'s CONFLICT), or None."""
-        if self.reserved is not None:
-            return (f"'{self.info.name}' is the name of a built-in ({self.reserved.distribution} "
-                    f"{self.reserved.version}), reserved; this entry is ignored: rename it in "
-                    f"{self.info.distribution}")
-        if self.claimants:
-            return "also registered by " + ", ".join(
-                f"{i.distribution} {i.version}" for i in self.rivals)
-        return None
-
-
-def normalize_distribution(name: str) -> str:
-    """A distribution's canonical name (PEP 503): ``Foo_Bar`` and ``foo-bar`` are one package."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _same_distribution(a: PluginInfo, b: PluginInfo) -> bool:
-    return normalize_distribution(a.distribution) == normalize_distribution(b.distribution)
-
-
-def _builtin(info: PluginInfo) -> bool:
-    return normalize_distribution(info.distribution) == BUILTIN
-
-
-def first_doc_line(obj: Any) -> str:
-    """A plugin's one-line description: its ``description`` attribute or docstring head."""
-    text = getattr(obj, "description", None) or (obj.__doc__ or "")
-    text = text.strip()
-    return text.splitlines()[0].strip() if text else ""
 
 
 class Registry:
@@ -138,16 +96,16 @@ class Registry:
         current = self._entries.get(name)
         known = [current, *current.claimants] if current is not None else []
         known += [e for e in self._refused if e.info.name == name]
-        if any(_same_distribution(e.info, entry.info) for e in known):
+        if any(same_distribution(e.info, entry.info) for e in known):
             return  # one distribution seen twice (an editable install next to its build)
         if current is None:
             self._entries[name] = entry
-        elif _builtin(entry.info):  # plugins listed before normzoo claimed a built-in's name
+        elif is_builtin(entry.info):  # plugins listed before normzoo claimed a built-in's name
             for taken in [current, *current.claimants]:
                 taken.claimants, taken.reserved = [], entry.info
                 self._refused.append(taken)
             self._entries[name] = entry
-        elif _builtin(current.info):
+        elif is_builtin(current.info):
             entry.reserved = current.info
             self._refused.append(entry)
         else:

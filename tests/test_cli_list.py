@@ -182,3 +182,23 @@ def test_list_check_on_a_name_two_plugins_claim(runner, fake_dists):
     assert re.search(r"^  twin +alpha-norms 1\.0 +CONFLICT: also registered by beta-norms 2\.0$",
                      result.output, re.MULTILINE), result.output
     assert runner.invoke(app, ["list", "residuals", "--check"]).exit_code == 0
+
+
+def test_builtin_descriptions_read_from_source_are_their_docstrings():
+    """``normzoo list`` reads normzoo's own entries from their source, not importing torch: the
+    line it prints must be the one the imported object gives."""
+    from normzoo.registry_entry import builtin_doc_line
+
+    for reg in (registry.norms, registry.residuals):
+        for entry in reg.entries(load=True):
+            assert builtin_doc_line(entry.target) == first_doc_line(entry.obj), entry.info.name
+
+
+def test_listing_only_builtins_imports_no_torch():
+    code = ("import sys\nfrom normzoo.cli import main\nsys.argv = ['normzoo', 'list']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('torch imported:', 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert "layernorm" in result.stdout
+    assert result.stdout.strip().endswith("torch imported: False")

@@ -235,7 +235,8 @@ RANGED = [leaf for leaf in LEAVES.values() if out_of_range(leaf)]
 # Leaves the valid-value strategy leaves alone: their valid values depend on other keys.
 CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vocab_size",
                "model.pad_id", "model.encoder_layers", "model.decoder_layers", "optim.lr",
-               "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming"}
+               "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming",
+               "data.max_len", "data.max_tokens"}
 SAFE_TEXT = st.text(string.ascii_letters + string.digits + "_-/", min_size=1, max_size=12).filter(
     lambda s: s.lower() not in {"null", "~", "true", "false"})
 SPECIAL_VALID = {
@@ -359,6 +360,8 @@ CROSS_FIELD_MUTATIONS = [
              reads=("task", "model.family"), says="at least 1"),
     Mutation("model.pad_id", (("model.vocab_size", 100), ("model.pad_id", 100))),
     Mutation("optim.min_lr", (("optim.lr", 1e-4), ("optim.min_lr", 1e-3))),
+    Mutation("data.max_len", (("data.max_len", 512), ("data.max_tokens", 256)),
+             says="exceeds max_tokens"),
     Mutation("data.dir", (("data.source", "files"), ("data.dir", DELETE)),
              says="required"),
     Mutation("data.path", (("data.source", "hub"), ("data.path", DELETE)), says="required"),

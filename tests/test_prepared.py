@@ -232,7 +232,7 @@ def test_tokenizer_trains_on_a_seeded_sample(tmp_path: Path):
 
     assert sampled(1).to_str() == sampled(1).to_str()
     assert sampled(1).to_str() != full.to_str()
-    from normzoo.data import prepare as module
+    from normzoo.data import prepare_tokenizer as module
 
     texts = module._tokenizer_texts(from_dict({**recipe.to_dict(), "data": {
         **recipe.to_dict()["data"],

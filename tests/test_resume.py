@@ -403,7 +403,7 @@ def test_lightning_sets_the_epoch_of_the_token_budget_sampler():
 def test_machine_failures_during_training_become_exit_code_1(failure, message):
     from types import SimpleNamespace
 
-    from normzoo.train import machine_failures
+    from normzoo.run.trainer import machine_failures
 
     with pytest.raises(RuntimeFailure, match=message) as info, \
             machine_failures(SimpleNamespace(global_step=7)):
@@ -414,7 +414,7 @@ def test_machine_failures_during_training_become_exit_code_1(failure, message):
 def test_other_os_errors_are_not_mistaken_for_a_full_disk():
     from types import SimpleNamespace
 
-    from normzoo.train import machine_failures
+    from normzoo.run.trainer import machine_failures
 
     with pytest.raises(PermissionError), machine_failures(SimpleNamespace(global_step=0)):
         raise PermissionError(errno.EACCES, "denied")
@@ -422,7 +422,7 @@ def test_other_os_errors_are_not_mistaken_for_a_full_disk():
 
 def test_a_checkpoint_from_before_a_new_model_key_still_resumes():
     from normzoo.recipe import from_dict
-    from normzoo.train import ResumeError, check_resumable
+    from normzoo.run.resume import ResumeError, check_resumable
 
     recipe = from_dict(RECIPE)
     old = recipe.to_dict()

@@ -1,4 +1,4 @@
-"""Residual schemes inside assembled models: weight init by role, and DESIGN.md's known failures.
+"""Residual schemes inside assembled models: weight init by role, and known ways to wire them wrong.
 
 The formula tests on stubs (``test_schemes.py``) cannot see how the model code wires a scheme in.
 These tests build real models with :func:`normzoo.models.assemble` and check:
@@ -10,9 +10,13 @@ These tests build real models with :func:`normzoo.models.assemble` and check:
   by > 18 %: beta applied to the whole fused matrix changes q and k (gain beta instead of 1) and
   every fan (3d + d instead of 2d); per-role gains with the fan of the fused [3d, d] shape give
   std g * sqrt(2 / 4d) instead of g * sqrt(2 / 2d).
-* a DeepNorm decoder is really DeepNorm (decoder alpha, Post-LN placement), not Pre-LN;
-* pre has exactly one final norm per stack and post none, in all three families;
-* the ResiDual final LN sits at the end of the stack, not inside any layer.
+* a DeepNorm decoder is really DeepNorm (decoder alpha, Post-LN placement), not Pre-LN: DeepNet
+  (Wang et al. 2022) normalises every encoder and decoder sublayer with DeepNorm (Theorem 4.3),
+  the decoder with its own alpha = (3M)^(1/4) (Fig. 2b);
+* pre has exactly one final norm per stack and post none, in all three families (Pre-LN's final
+  LN: Xiong et al. 2020; Post-LN: Vaswani et al. 2017);
+* the ResiDual final LN sits at the end of the stack, not inside any layer: the output
+  x_p + LN(x_d) is taken once, after the last layer (Xie et al. 2023, arXiv:2304.14802).
 """
 
 from __future__ import annotations

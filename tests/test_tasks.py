@@ -22,6 +22,7 @@ from normzoo.data.prepare import recipe_tokenizer
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.errors import ConfigError
 from normzoo.recipe import Recipe, from_dict, load
+from normzoo.run import directory
 from normzoo.tasks.datamodule import TextDataModule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -70,9 +71,7 @@ def fixed_loss(task, batch_of) -> float:
         with torch.no_grad():
             torch.manual_seed(0)
             batch = batch_of()
-            if "src" in batch:
-                return float(task.loss(batch, 0.0))
-            return float(task.step(batch)[0])
+            return float(task.loss_terms(batch).mean)
     finally:
         task.train(was_training)
 
@@ -89,7 +88,7 @@ def test_each_task_learns(task_name: str, text_dir: Path):
     module.setup("fit")
     train_set = module.dataset("train")
     assert len(train_set) > 0
-    task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
+    task = train.task_class(recipe.task)(recipe, tokenizer.vocab_size,
                                          tokenizer.to_str())
     assert task.model.config.family == recipe.model.family
 
@@ -192,7 +191,8 @@ def test_checkpoint_is_plain_data_and_self_contained(finished_run):
         assert plugins[("residual", "pre")]["distribution"] == "normzoo"
         assert all(p["version"] for p in meta["plugins"])
         # The weights rebuild the model from the checkpoint alone.
-        task = train.task_class(meta["recipe"]["task"])(meta["recipe"], tokenizer.vocab_size,
+        task = train.task_class(meta["recipe"]["task"])(from_dict(meta["recipe"]),
+                                                        tokenizer.vocab_size,
                                                         meta["tokenizer"])
         task.load_state_dict(ckpt["state_dict"])
 
@@ -209,7 +209,7 @@ def test_last_checkpoint_holds_the_final_step(finished_run):
 def test_a_second_run_into_the_same_directory(finished_run, monkeypatch: pytest.MonkeyPatch):
     recipe, run_dir, _ = finished_run
     before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
-    with pytest.raises(train.RunDirectoryExists, match="--force"):
+    with pytest.raises(directory.RunDirectoryExists, match="--force"):
         train.run(recipe, "x.yaml")
     assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before  # untouched
 
@@ -236,10 +236,10 @@ def test_an_empty_run_directory_is_not_a_run(tmp_path: Path, monkeypatch: pytest
     empty = tmp_path / "empty"
     empty.mkdir()
     recipe = e2e_recipe(empty)
-    assert train.prepare_run_dir(recipe, "x.yaml", force=False) == empty
+    assert directory.prepare_run_dir(recipe, "x.yaml", force=False) == empty
     # Without run.dir the directory is runs/<recipe file name>.
     plain = tiny("translation", {"source": "builtin"})
-    assert train.prepare_run_dir(plain, "recipes/quick.yaml", force=False) == Path("runs/quick")
+    assert directory.prepare_run_dir(plain, "recipes/quick.yaml", force=False) == Path("runs/quick")
 
 
 def test_broken_data_fails_before_the_run_directory_is_created(tmp_path: Path):
@@ -348,10 +348,10 @@ def test_admin_profiled_at_the_start_of_training_and_not_on_resume(
     module = TextDataModule(recipe, tokenizer)
     module.setup("fit")
     L.seed_everything(recipe.seed, workers=True, verbose=False)
-    task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
+    task = train.task_class(recipe.task)(recipe, tokenizer.vocab_size,
                                          tokenizer.to_str())
     first = next(iter(module.train_dataloader()))
-    expected = original(task.train().model, lambda: task.forward_batch(first))["decoder"]
+    expected = original(task.train().model, lambda: task.logits(first))["decoder"]
     assert len(expected) == 2 * 2 and expected[0] == 1.0 and min(expected[1:]) > 1.0
     assert recorded == pytest.approx(expected, rel=1e-5)
     saved = torch.load(last, map_location="cpu", weights_only=True)
@@ -375,7 +375,7 @@ def test_admin_profile_takes_rank_zero_values_and_leaves_the_generators(text_dir
     recipe = from_dict({**recipe.to_dict(),
                         "model": {**recipe.to_dict()["model"], "dropout": 0.3}})
     tokenizer = recipe_tokenizer(recipe)
-    task = train.task_class(recipe.task)(recipe.to_dict(), tokenizer.vocab_size,
+    task = train.task_class(recipe.task)(recipe, tokenizer.vocab_size,
                                          tokenizer.to_str())
     module = TextDataModule(recipe, tokenizer)
     module.setup("fit")

@@ -1,5 +1,8 @@
 """Prepare a recipe's data once: train the tokenizer on a sample, encode every split, cache.
 
+The tokenizer step is :mod:`normzoo.data.prepare_tokenizer`; this module encodes the splits
+with it and owns the cache of encoded arrays.
+
 ``prepare(recipe)`` returns the opened cache, building it first when it is missing or
 damaged; ``open_prepared`` only opens (other ranks, which wait for the one that builds).
 
@@ -13,31 +16,45 @@ is applied when the arrays are read, so one cache serves every length limit.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from normzoo.atomic import atomic_write_text
 from normzoo.data import chunks
 from normzoo.data.examples import token_dtype
+from normzoo.data.prepare_tokenizer import (
+    key_hash,
+    recipe_tokenizer,
+    split_chunks,
+    split_of,
+    stream_rows,
+)
 from normzoo.data.prepared import (
     DamagedCache,
     Prepared,
     TableWriter,
     building,
     cache_root,
-    ensure_folder,
     write_lines,
     write_manifest,
 )
-from normzoo.data.tokenizer import EOS, Tokenizer, cache_failure, train_tokenizer
-from normzoo.errors import NormzooError, RuntimeFailure
+from normzoo.data.tokenizer import EOS, Tokenizer, cache_failure
 from normzoo.recipe import Recipe
+
+# recipe_tokenizer and stream_rows are the tokenizer step's; callers import them from here too.
+__all__ = [
+    "ROLES",
+    "Report",
+    "data_key",
+    "describe",
+    "open_prepared",
+    "prepare",
+    "recipe_tokenizer",
+    "stream_rows",
+]
 
 ROLES = ("train", "valid", "test")
 
@@ -51,132 +68,24 @@ class Report:
     seconds: float = 0.0
 
 
-def _hash(settings: dict) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def _split(recipe: Recipe, role: str) -> tuple[str, int | None]:
-    data = recipe.data
-    name = {"train": data.train_split, "valid": data.valid_split, "test": data.test_split}[role]
-    return name, data.train_limit if role == "train" else data.valid_limit
-
-
 def _canonical(tokenizer_json: str) -> str:
     """The tokenizer as it serialises after a load: a checkpoint's copy and the cache's copy
     of one tokenizer must give one key."""
     return Tokenizer.from_str(tokenizer_json).to_str()
 
 
-def tokenizer_key(recipe: Recipe) -> str:
-    data, tok = recipe.data, recipe.data.tokenizer
-    name, limit = _split(recipe, "train")
-    # A streamed corpus is not read to be hashed: its name stands for its content.
-    content = ([data.path, data.name, name] if data.streaming
-               else chunks.fingerprint(data, name, recipe.task))
-    return _hash({"data": content, "limit": limit,
-                  "langs": [data.src_lang, data.tgt_lang, data.text_field],
-                  "tokenizer": tok.model_dump(), "format": 1})
-
-
 def data_key(recipe: Recipe, tokenizer_json: str, roles: tuple[str, ...] = ROLES) -> str:
+    """The encoded cache's key: every split's content and the tokenizer, so that any change
+    to what the ids would be names a new folder instead of reading stale arrays."""
     data = recipe.data
     splits = {}
     for role in roles:
-        name, limit = _split(recipe, role)
+        name, limit = split_of(recipe, role)
         splits[role] = [name, limit, chunks.fingerprint(data, name, recipe.task)]
-    return _hash({"task": recipe.task, "splits": splits,
-                  "langs": [data.src_lang, data.tgt_lang, data.text_field],
-                  "tokenizer": hashlib.sha256(_canonical(tokenizer_json).encode()).hexdigest(),
-                  "format": 1})
-
-
-def _tokenizer_texts(recipe: Recipe) -> list[str]:
-    """The training split's text, or a seeded sample of ``tokenizer.sample_size`` examples of
-    it (kept in corpus order) when it is larger: a 4.5 M-pair corpus trains its vocabulary on
-    a million pairs, as SentencePiece's ``input_sentence_size`` does, in bounded memory."""
-    data, tok = recipe.data, recipe.data.tokenizer
-    name, limit = _split(recipe, "train")
-    total = chunks.examples(data, name, recipe.task, limit)
-    chosen = None
-    if tok.sample_size is not None and total > tok.sample_size:
-        rng = np.random.default_rng(tok.sample_seed)
-        chosen = np.sort(rng.choice(total, size=tok.sample_size, replace=False))
-    sources: list[str] = []
-    targets: list[str] = []
-    start = 0
-    for chunk in _chunks(recipe, "train"):
-        first = chunk[0] if recipe.task == "translation" else chunk
-        if chosen is None:
-            picks = range(len(first))
-        else:
-            lo, hi = np.searchsorted(chosen, [start, start + len(first)])
-            picks = (chosen[lo:hi] - start).tolist()
-        sources.extend(first[i] for i in picks)
-        if recipe.task == "translation":
-            targets.extend(chunk[1][i] for i in picks)
-        start += len(first)
-    return sources + targets
-
-
-def _stream_sample(recipe: Recipe) -> list[str]:
-    """The first ``tokenizer.sample_size`` non-blank lines of a streamed training split (a
-    stream has no length to sample from uniformly; the hub's shards are shuffled already)."""
-    from itertools import islice
-
-    data = recipe.data
-    rows = stream_rows(recipe)()
-    if rows.column_names is not None and data.text_field not in rows.column_names:
-        raise chunks.DataError(f"dataset '{data.path}' has no '{data.text_field}' column: "
-                               f"{rows.column_names}")
-    lines = (row[data.text_field] for row in rows)
-    size = data.tokenizer.sample_size or 1_000_000
-    return list(islice((line for line in lines if line.strip()), size))
-
-
-def stream_rows(recipe: Recipe):
-    """A function that opens the training split as a ``datasets`` streaming dataset."""
-    data = recipe.data
-
-    def rows():
-        import datasets
-
-        try:
-            return datasets.load_dataset(data.path, data.name, split=data.train_split,
-                                         streaming=True)
-        except Exception as error:  # the hub client raises many types when offline
-            raise chunks.DataError(f"cannot stream split '{data.train_split}' of dataset "
-                                   f"'{data.path}': {type(error).__name__}: {error}") from None
-
-    return rows
-
-
-def recipe_tokenizer(recipe: Recipe) -> Tokenizer:
-    """The recipe's tokenizer, trained once on (a sample of) the training split and cached."""
-    path = cache_root() / "tokenizers" / f"{tokenizer_key(recipe)}.json"
-    ensure_folder(path.parent)  # an unusable cache fails before minutes of training
-    if path.is_file():
-        try:
-            return Tokenizer.load(path)
-        except NormzooError:  # a damaged entry is trained again and replaced
-            pass
-    tok = recipe.data.tokenizer
-    texts = _stream_sample(recipe) if recipe.data.streaming else _tokenizer_texts(recipe)
-    tokenizer = train_tokenizer(texts, kind=tok.type,
-                                vocab_size=tok.vocab_size, min_frequency=tok.min_frequency,
-                                lowercase=tok.lowercase, use_cache=False)
-    try:  # atomic: concurrent runs never read a half-written file
-        atomic_write_text(path, tokenizer.to_str(), "tokenizer cache entry")
-    except RuntimeFailure as error:
-        cause = error.__cause__
-        raise cache_failure(cause if isinstance(cause, OSError) else None, path.parent) from None
-    return tokenizer
-
-
-def _chunks(recipe: Recipe, role: str) -> Iterator:
-    name, limit = _split(recipe, role)
-    if recipe.task == "translation":
-        return chunks.parallel_chunks(recipe.data, name, limit)
-    return chunks.text_chunks(recipe.data, name, limit)
+    return key_hash({"task": recipe.task, "splits": splits,
+                     "langs": [data.src_lang, data.tgt_lang, data.text_field],
+                     "tokenizer": hashlib.sha256(_canonical(tokenizer_json).encode()).hexdigest(),
+                     "format": 1})
 
 
 def _progress(total: int, label: str, show: bool):
@@ -191,7 +100,7 @@ def _encode_role(recipe: Recipe, tokenizer: Tokenizer, folder: Path, role: str,
     """Encode one split into ``folder/role``; returns its statistics."""
     out = folder / role
     out.mkdir()
-    name, limit = _split(recipe, role)
+    name, limit = split_of(recipe, role)
     translation = recipe.task == "translation"
     names = ("src", "tgt") if translation else ("text",)
     writers = {n: TableWriter(out, n, dtype) for n in names}
@@ -202,7 +111,7 @@ def _encode_role(recipe: Recipe, tokenizer: Tokenizer, folder: Path, role: str,
     long = empty = 0
     total = chunks.examples(recipe.data, name, recipe.task, limit)
     with _progress(total, f"{role} ({name})", show) as bar:
-        for chunk in _chunks(recipe, role):
+        for chunk in split_chunks(recipe, role):
             parts = chunk if translation else (chunk,)
             encoded = [tokenizer.encode_batch(part) for part in parts]
             if recipe.task == "causal_lm":  # the stream: every line followed by EOS

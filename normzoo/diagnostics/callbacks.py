@@ -1,6 +1,6 @@
 """Lightning callbacks: periodic diagnostics, and stopping a run that diverges.
 
-Both read the task's ``model`` and its ``forward_batch(batch)``; neither changes training.
+Both read the task's ``model`` and its ``logits(batch)``; neither changes training.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class DivergenceGuard(L.Callback):
         if not bool(bad):
             return
         model = pl_module.model
-        layer = first_non_finite(model, lambda: pl_module.forward_batch(self._batch))
+        layer = first_non_finite(model, lambda: pl_module.logits(self._batch))
         param = first_non_finite_gradient(model)
         last = getattr(trainer.checkpoint_callback, "last_model_path", "") or "none yet"
         raise DivergenceError(

@@ -44,19 +44,16 @@ def first_batch(recipe: Recipe, tokenizer) -> dict:
 
 def measure(variant: Variant, tokenizer, batch: dict) -> Measurements:
     """Forward and backward of ``variant`` on ``batch`` (dropout off), with the probes on."""
-    from normzoo.train import task_class
+    from normzoo.tasks import task_class
 
     torch.manual_seed(variant.recipe.seed)
-    task = task_class(variant.recipe.task)(variant.recipe.to_dict(), tokenizer.vocab_size,
+    task = task_class(variant.recipe.task)(variant.recipe, tokenizer.vocab_size,
                                            tokenizer.to_str())
     if variant.state_dict is not None:
         task.load_state_dict(variant.state_dict)
     model = task.model.eval()  # no dropout: the measurement is of the weights, not the noise
     with probe(model) as found:
-        if variant.recipe.task == "translation":
-            loss = task.loss(batch, 0.0)
-        else:
-            loss = task.step(batch)[0]
+        loss = task.loss_terms(batch).mean
     loss.backward()
     found.grad_norm = gradient_norms(model)
     return found

@@ -76,7 +76,8 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
     from normzoo import recipe as recipes
     from normzoo.checkpointing import newest_checkpoint
     from normzoo.diagnostics.callbacks import DivergenceError
-    from normzoo.train import monitored_metric, run
+    from normzoo.tasks import monitored_metric
+    from normzoo.train import run
 
     name = cell_name(cell)
     run_dir = out / name

@@ -1,6 +1,6 @@
 """Model assembly: the three families built from a :class:`ModelConfig`."""
 
-from normzoo.models.assemble import assemble, check
+from normzoo.models.assemble import assemble
 from normzoo.models.config import Component, ModelConfig
 from normzoo.models.families import DecoderModel, EncoderModel, Seq2SeqModel, TransformerModel
 
@@ -12,5 +12,4 @@ __all__ = [
     "Seq2SeqModel",
     "TransformerModel",
     "assemble",
-    "check",
 ]

@@ -1,9 +1,11 @@
 """The ``model`` section of a recipe: a plain, validated description of one Transformer.
 
 ``norm`` and ``residual`` name registry entries, either as a bare name (``residual: deepnorm``)
-or as a mapping with options (``residual: {name: mixln, post_fraction: 0.25}``). Only the
-structure is checked here; names and options are checked against the registry by
-:func:`normzoo.models.assemble.check`.
+or as a mapping with options (``residual: {name: mixln, post_fraction: 0.25}``). Validation
+checks the sizes, then the names and options against the registry
+(:func:`normzoo.models.resolve.resolve`), and keeps the options as the plugin's own signature
+reads them: a validated ``ModelConfig`` is what :func:`normzoo.models.assemble.assemble`
+builds, with no second check.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from normzoo.errors import ConfigError, Problem
-from normzoo.options import pydantic_problems
+from normzoo.options import pydantic_problems, rule_error, rule_problems
 
 
 class Component(BaseModel):
@@ -70,7 +72,7 @@ class ModelConfig(BaseModel):
     pad_id: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
-    def _consistent(self) -> ModelConfig:
+    def _consistent(self, info: ValidationInfo) -> ModelConfig:
         problems = []
         if self.d_model % self.heads:
             problems.append(
@@ -84,10 +86,29 @@ class ModelConfig(BaseModel):
             problems.append(
                 Problem("pad_id", f"{self.pad_id} is outside the vocabulary ({self.vocab_size})")
             )
+        # The registry check: names, options, combinations. Skipped only on request
+        # (``context={"registry": False}``), e.g. to read a recipe whose plugin is not here.
+        if (info.context or {}).get("registry", True):
+            from normzoo.models.resolve import resolve
+
+            # Tried with the defaults in place of the fields that already have a problem.
+            fields = type(self).model_fields
+            sound = self.model_copy(update={p.path: fields[p.path].default for p in problems})
+            norm, residual, found = resolve(sound)
+            problems += found
+            if not found:  # the options as the plugins' signatures read them
+                object.__setattr__(self, "norm", norm)  # frozen: set once, while validating
+                object.__setattr__(self, "residual", residual)
         if problems:
-            # pydantic wraps ValueErrors; raise ours from parse() instead, with all problems.
-            raise ValueError(ConfigError(problems))
+            raise rule_error(*dict.fromkeys(problems))
         return self
+
+    def with_vocab(self, vocab_size: int) -> ModelConfig:
+        """This model with the tokenizer's vocabulary size (which the recipe leaves open)."""
+        if self.pad_id >= vocab_size:
+            raise ConfigError([Problem("model.pad_id", f"{self.pad_id} is outside the "
+                                       f"vocabulary ({vocab_size})")])
+        return self.model_copy(update={"vocab_size": vocab_size})
 
     @property
     def encoder_depth(self) -> int:
@@ -101,18 +122,15 @@ class ModelConfig(BaseModel):
 
     @classmethod
     def parse(cls, data: ModelConfig | dict[str, Any], prefix: str = "model") -> ModelConfig:
-        """Validate ``data``; every problem is reported at once under ``prefix``."""
+        """Validate ``data`` (a model section on its own, e.g. from the Python API); every
+        problem is reported at once under ``prefix``. A recipe's model section is validated
+        with the recipe (:func:`normzoo.recipe.from_dict`)."""
         if isinstance(data, ModelConfig):
             return data
         try:
             return cls.model_validate(data)
         except pydantic.ValidationError as error:
-            problems = []
-            for item in error.errors():
-                inner = item.get("ctx", {}).get("error")
-                inner = inner.args[0] if isinstance(inner, ValueError) and inner.args else inner
-                if isinstance(inner, ConfigError):
-                    problems += inner.prefixed(prefix).problems
+            problems = [p for item in error.errors() for p in rule_problems(item, prefix) or []]
             if not problems:
                 problems = pydantic_problems(error, prefix, cls)
             raise ConfigError(problems) from None

@@ -142,6 +142,32 @@ def xavier_normal_role(weight: torch.Tensor, gain: float) -> None:
     nn.init.xavier_normal_(weight, gain=gain)
 
 
+# The matrices that DeepNet (Wang et al. 2022, Fig. 2a) and Magneto (Wang et al. 2022, Fig. 2,
+# both papers' init pseudocode) scale at init: the value path of attention (W_v, W_o) and every
+# feed-forward matrix, in self- and cross-attention alike. W_q and W_k keep gain 1: they act only
+# through the softmax, which does not change the bound on the attention output's magnitude
+# (DeepNet, Lemma 4.1), so scaling them would not bound the model update.
+VALUE_PATH_ROLES = frozenset({"v", "out", "cross_v", "cross_out", *FFN_ROLES})
+QUERY_KEY_ROLES = frozenset({"q", "k", "cross_q", "cross_k"})
+
+
+def xavier_normal_scaled(
+    weights: Mapping[str, torch.Tensor], gain: float, scaled: frozenset[str]
+) -> None:
+    """xavier_normal on ``weights`` by role: gain ``gain`` on the ``scaled`` roles, 1 on W_q, W_k.
+
+    This is the init both DeepNet's and Magneto's pseudocode write out, so a scheme using it
+    states only its own gain (beta, gamma) and role set. Roles in neither set keep the blocks'
+    default init. Roles are initialised in the order ``weights`` gives them, so the random stream,
+    and hence every weight, is the same for a given seed.
+    """
+    for role, weight in weights.items():
+        if role in scaled:
+            xavier_normal_role(weight, gain)
+        elif role in QUERY_KEY_ROLES:
+            xavier_normal_role(weight, 1.0)
+
+
 class ResidualScheme:
     """Base class of residual schemes; subclasses override the hooks they change.
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import torch
 
 from normzoo.residual.base import (
+    VALUE_PATH_ROLES,
     Family,
     NormFactory,
     Residual,
@@ -27,15 +28,15 @@ from normzoo.residual.base import (
     Site,
     StackInfo,
     Sublayer,
-    xavier_normal_role,
+    xavier_normal_scaled,
 )
 
-BETA_ROLES = frozenset({"v", "out", "cross_v", "cross_out", "ffn_in", "ffn_gate", "ffn_out"})
-UNIT_ROLES = frozenset({"q", "k", "cross_q", "cross_k"})
+# beta scales W_v, W_o and the feed-forward matrices (the paper's Fig. 2a); W_q, W_k gain 1.
+BETA_ROLES = VALUE_PATH_ROLES
 
 
 def deepnorm_constants(stack: StackInfo) -> tuple[float, float]:
-    """(alpha, beta) for ``stack``, from Table 1 of the DeepNet paper."""
+    """(alpha, beta) for ``stack``, from Fig. 2b of the DeepNet paper (derived in its Sec. 4.3)."""
     n, m = stack.encoder_layers, stack.decoder_layers
     if stack.family is Family.ENCODER:
         return (2 * n) ** 0.25, (8 * n) ** -0.25
@@ -70,11 +71,7 @@ class DeepNorm(ResidualScheme):
         return DeepNormResidual(make_norm(), self.alpha)
 
     def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
-        for role, weight in weights.items():
-            if role in BETA_ROLES:
-                xavier_normal_role(weight, self.beta)
-            elif role in UNIT_ROLES:
-                xavier_normal_role(weight, 1.0)
+        xavier_normal_scaled(weights, self.beta, BETA_ROLES)
 
     def normalizes_stream(self) -> bool:
         return True

@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 
 from normzoo.residual.base import (
+    VALUE_PATH_ROLES,
     Family,
     NormFactory,
     Residual,
@@ -33,12 +34,13 @@ from normzoo.residual.base import (
     StreamEnds,
     SublayerKind,
     final_norm_ends,
-    xavier_normal_role,
+    xavier_normal_scaled,
 )
 from normzoo.residual.pre import PreLNResidual
 
-GAMMA_ROLES = frozenset({"v", "out", "cross_v", "cross_out", "ffn_in", "ffn_gate", "ffn_out"})
-UNIT_ROLES = frozenset({"q", "k", "cross_q", "cross_k"})
+# gamma scales the same matrices as DeepNet's beta: W_v, W_o, W_1, W_2 (W_q, W_k gain 1), as in
+# the paper's Sub-LN pseudocode (Fig. 2).
+GAMMA_ROLES = VALUE_PATH_ROLES
 
 
 def subln_gamma(stack: StackInfo) -> float:
@@ -74,13 +76,8 @@ class SubLN(ResidualScheme):
         return not self._plain(site)
 
     def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
-        if self._plain(site):
-            return
-        for role, weight in weights.items():
-            if role in GAMMA_ROLES:
-                xavier_normal_role(weight, self.gamma)
-            elif role in UNIT_ROLES:
-                xavier_normal_role(weight, 1.0)
+        if not self._plain(site):
+            xavier_normal_scaled(weights, self.gamma, GAMMA_ROLES)
 
     def ends(self, make_norm: NormFactory) -> StreamEnds:
         return final_norm_ends(make_norm)

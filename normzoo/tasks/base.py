@@ -1,6 +1,10 @@
 """What every task shares: building the model from the recipe, the optimizer, throughput logging
 and what a checkpoint carries so it can be used without the run directory.
 
+A task says two things about a batch: its model's :meth:`~NormzooTask.logits`, and its
+:meth:`~NormzooTask.loss_terms` (summed token loss and token count, :mod:`normzoo.tasks.terms`).
+Training, validation, diagnostics and the divergence guard use nothing else.
+
 A checkpoint holds only plain data (dicts, strings, tensors) so that it loads with
 ``torch.load(weights_only=True)``: the resolved recipe, the tokenizer as JSON, and the plugins
 (name, distribution, version) that built the model.
@@ -17,18 +21,25 @@ import torch
 from normzoo import __version__, rng
 from normzoo.models import assemble
 from normzoo.optim import build_optimizer
-from normzoo.recipe import Recipe, from_dict
+from normzoo.recipe import Recipe
 from normzoo.residual import admin
+from normzoo.tasks.terms import LossTerms
 
 
 class NormzooTask(L.LightningModule):
-    """Base LightningModule: ``recipe`` is the resolved recipe as a plain dict."""
+    """Base LightningModule, built from the validated recipe."""
 
-    def __init__(self, recipe: dict[str, Any], vocab_size: int, tokenizer_json: str = "") -> None:
+    # Label smoothing is a training-time regulariser of translation; the LM tasks train on the
+    # plain cross-entropy, as BERT and GPT do.
+    smooths_labels = False
+
+    def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["tokenizer_json"])
-        self.recipe: Recipe = from_dict(recipe, check_registry=False)
-        self.model = assemble(self.recipe.model, vocab_size=vocab_size)
+        # Logged (TensorBoard, hparams.yaml) as plain data; the checkpoint's own copy is in
+        # on_save_checkpoint.
+        self.save_hyperparameters({"recipe": recipe.to_dict(), "vocab_size": vocab_size})
+        self.recipe = recipe
+        self.model = assemble(recipe.model, vocab_size=vocab_size)
         if mode := self.recipe.trainer.compile:
             # In place, so checkpoint keys stay unprefixed; dynamic, because token-budget
             # batches change shape every step. Decoding calls encode/decode, left eager.
@@ -38,12 +49,12 @@ class NormzooTask(L.LightningModule):
         self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
         self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
 
-    def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The model's logits for a training batch (used to locate a divergence)."""
+    def logits(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The model's logits for ``batch`` (also used to profile Admin and locate a NaN)."""
         raise NotImplementedError
 
-    def training_terms(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed training loss over the batch's target tokens, and their count."""
+    def loss_terms(self, batch: dict[str, Any], smoothing: float = 0.0) -> LossTerms:
+        """Summed token loss of ``batch`` (label-smoothed by ``smoothing``) and its count."""
         raise NotImplementedError
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -63,7 +74,7 @@ class NormzooTask(L.LightningModule):
         depend on whether it profiled."""
         cuda = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda):
-            values = admin.profile(self.model, lambda: self.forward_batch(batch))
+            values = admin.profile(self.model, lambda: self.logits(batch))
         if self._trainer is not None and self.trainer.world_size > 1:
             values = self.trainer.strategy.broadcast(values, src=0)
             admin.set_profiled(self.model, values)
@@ -74,13 +85,14 @@ class NormzooTask(L.LightningModule):
         return values
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        total, count = self.training_terms(batch)
+        smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
+        terms = self.loss_terms(batch, smoothing)
         size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]  # sentences
-        self.last_loss = total.detach() / count.clamp(min=1)
+        self.last_loss = terms.mean.detach()
         self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
                  batch_size=size)
         self.log_throughput(batch["ntokens"], size)
-        return self.global_token_mean(total, count)
+        return self.global_token_mean(terms.loss_sum, terms.tokens)
 
     # -- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self):

@@ -92,10 +92,6 @@ class TextDataModule(L.LightningDataModule):
         return self.datasets[role]
 
     def setup(self, stage: str | None = None) -> None:
-        data = self.recipe.data
-        if data.max_len > data.max_tokens:
-            raise DataError(f"data.max_len={data.max_len} exceeds data.max_tokens="
-                            f"{data.max_tokens}: the longest example would not fit a batch")
         if stage in ("fit", None):
             # The test split is scored only after training, but opened now: a broken test
             # file must stop the run before hours of training, not after.

@@ -5,18 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from normzoo.data.tokenizer import PAD, Tokenizer
 from normzoo.evaluate import translate_batch
+from normzoo.recipe import Recipe
 from normzoo.scoring import score
 from normzoo.tasks.base import NormzooTask
+from normzoo.tasks.terms import LossTerms, token_terms
 
 
 class TranslationTask(NormzooTask):
     """Trains a :class:`~normzoo.models.Seq2SeqModel`; ``references`` come from the data module."""
 
-    def __init__(self, recipe: dict[str, Any], vocab_size: int, tokenizer_json: str = "") -> None:
+    smooths_labels = True
+
+    def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:
         super().__init__(recipe, vocab_size, tokenizer_json)
         self.valid_references: list[str] = []
         self._hyps: dict[int, str] = {}
@@ -28,35 +31,20 @@ class TranslationTask(NormzooTask):
             self._tokenizer = Tokenizer.from_str(self.tokenizer_json)
         return self._tokenizer
 
-    def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
+    def logits(self, batch: dict[str, Any]) -> torch.Tensor:
         return self.model(batch["src"], batch["tgt_in"])
 
-    def loss_terms(
-        self, batch: dict[str, torch.Tensor], smoothing: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss_terms(self, batch: dict[str, Any], smoothing: float = 0.0) -> LossTerms:
         """Summed (label-smoothed) cross-entropy over the target tokens, and their count."""
-        logits = self.forward_batch(batch)
-        target = batch["tgt_out"]
-        total = F.cross_entropy(
-            logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD,
-            label_smoothing=smoothing, reduction="sum",
-        )
-        return total, target.ne(PAD).sum()
-
-    def loss(self, batch: dict[str, torch.Tensor], smoothing: float) -> torch.Tensor:
-        """Mean token loss of ``batch``."""
-        total, count = self.loss_terms(batch, smoothing)
-        return total / count.clamp(min=1)
-
-    def training_terms(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.loss_terms(batch, self.recipe.optim.label_smoothing)
+        return token_terms(self.logits(batch), batch["tgt_out"], ignore_index=PAD,
+                           smoothing=smoothing)
 
     def on_validation_epoch_start(self) -> None:
         self._hyps = {}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        loss = self.loss(batch, 0.0)
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=batch["ntokens"])
+        self.log("val/loss", self.loss_terms(batch).mean, prog_bar=True, sync_dist=True,
+                 batch_size=batch["ntokens"])
         limit = self.recipe.eval.valid_bleu_limit
         if not self.recipe.eval.valid_bleu or not self.valid_references:
             return

@@ -1,0 +1,85 @@
+"""The ``normzoo`` command line: the Typer app, its root options, and one line per command.
+
+Each command lives in the module named after it (``normzoo train`` in :mod:`normzoo.cli.train`,
+the ``recipe`` group in :mod:`normzoo.cli.recipe`), and what they share in
+:mod:`normzoo.cli.common`; this file only wires them, so the list below is the whole command
+set. Commands import heavy modules (torch, Lightning) inside their bodies, so
+``normzoo --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Sequence
+
+import typer
+
+from normzoo import __version__
+from normzoo.cli import (
+    diagnose,
+    evaluate,
+    export,
+    prepare,
+    recipe,
+    sweep,
+    train,
+    translate,
+)
+from normzoo.cli import list as listing
+from normzoo.errors import NormzooError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="normzoo",
+    help="Train Transformers with any residual scheme and norm, and measure what the choice does.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    context: typer.Context,
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors too."),
+) -> None:
+    # --debug is not stored anywhere: the guard in normzoo.cli.common reads it from this
+    # command's parsed parameters (the root context), so nothing outlives one invocation.
+    if version:
+        typer.echo(f"normzoo {__version__}")
+        raise typer.Exit()
+    if context.invoked_subcommand is None:  # `normzoo --debug` alone: what there is to run
+        typer.echo(context.get_help())
+        raise typer.Exit()
+
+
+# In the order `normzoo --help` lists them. Importing normzoo.cli.list also binds `list` in this
+# namespace to that module, hiding the builtin here: nothing in this file uses the builtin.
+app.command("list")(listing.list_plugins)
+app.command("train")(train.train)
+app.command("prepare")(prepare.prepare)
+app.command("evaluate")(evaluate.evaluate)
+app.command("translate")(translate.translate)
+app.command("export")(export.export)
+app.command("diagnose")(diagnose.diagnose)
+app.command("sweep")(sweep.sweep)
+app.add_typer(recipe.app, name="recipe")
+
+
+def _debug_in_argv(argv: Sequence[str]) -> bool:
+    """Whether ``--debug`` is among the root options, which come before the command's name."""
+    return "--debug" in itertools.takewhile(lambda arg: arg.startswith("-"), argv)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except NormzooError as error:  # raised outside a command's own handling
+        if _debug_in_argv(sys.argv[1:]):
+            raise
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        sys.exit(error.exit_code)

@@ -1,0 +1,78 @@
+"""``normzoo evaluate``: scoring a checkpoint or export on a split of its recipe's data or on
+given files, the way a paper's numbers are made.
+
+Checkpoint loading and sacreBLEU load inside the command, never at import.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from normzoo.cli.common import check_output_file, user_errors
+
+
+@user_errors
+def evaluate(
+    checkpoint: Path = typer.Argument(..., help="A .ckpt file or an export directory."),
+    split: str = typer.Option(None, help="Split of the recipe's data, e.g. test (default)."),
+    src: Path = typer.Option(None, help="Source sentences, one per line (instead of --split)."),
+    ref: Path = typer.Option(None, help="Raw references, line-aligned with --src."),
+    data_dir: Path = typer.Option(None, help="Where the recipe's data files are now."),
+    beam: int = typer.Option(None, min=1, help="Beam size (default: the recipe's eval.beam)."),
+    lenpen: float = typer.Option(None, min=0.0, help="Length penalty exponent."),
+    batch_tokens: int = typer.Option(4096, min=1, help="Source tokens per decoding batch."),
+    hyps: Path = typer.Option(None, help="Where to write hypotheses (default hyps.SPLIT.txt)."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
+    perplexity for language models."""
+    from normzoo.atomic import atomic_write_text
+    from normzoo.checkpoint import load
+    from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
+    from normzoo.errors import NormzooError
+    from normzoo.evaluate import language_model_metrics
+
+    if hyps is not None:
+        check_output_file(hyps, "--hyps")
+    loaded = load(checkpoint)
+    if (src is None) != (ref is None) and loaded.recipe.task == "translation":
+        raise NormzooError("--src and --ref go together")
+    data = loaded.recipe.data
+    if data_dir is not None:
+        data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
+    name = split or data.test_split
+    if loaded.recipe.task != "translation":
+        lines = read_lines(src) if src is not None else load_text(data, name)
+        result = {"checkpoint": str(checkpoint), "split": str(src or name),
+                  **language_model_metrics(loaded, lines, batch_tokens)}
+        typer.echo(json.dumps(result, indent=2) if as_json else
+                   "  ".join(f"{k}={v}" for k, v in result.items()))
+        return
+    if src is not None:
+        sources, references = read_lines(src), read_lines(ref)
+        if len(sources) != len(references):
+            raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
+        name = src.stem
+    else:
+        sources, references = load_parallel(data, name)
+    from normzoo.scoring import score
+
+    config = loaded.eval_config(beam, lenpen)
+    hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
+                                  max_tokens=batch_tokens)
+    out = hyps or Path(f"hyps.{name}.txt")
+    check_output_file(out, "--hyps")
+    atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all
+    result = score(hypotheses, references)
+    report = {"checkpoint": str(checkpoint), "split": name, "beam": config.beam,
+              "lenpen": config.lenpen, "hypotheses": str(out), **result.as_dict()}
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        typer.echo(f"BLEU = {result.bleu:.2f}  chrF = {result.chrf:.2f}  "
+                   f"({result.sentences} sentences, beam {config.beam}, hypotheses in {out})")
+        typer.echo(f"BLEU signature: {result.bleu_signature}")
+        typer.echo(f"chrF signature: {result.chrf_signature}")

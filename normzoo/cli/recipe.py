@@ -1,0 +1,41 @@
+"""``normzoo recipe``: the sub-app that reads recipes without training, created and filled here
+so that the group and its commands (``show``, ``validate``) are found in one place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from normzoo.cli.common import OVERRIDES_HELP, user_errors
+
+app = typer.Typer(help="Inspect recipes: print them resolved, or validate them.",
+                  no_args_is_help=True)
+
+
+@app.command("show")
+@user_errors
+def show(
+    recipe: Path = typer.Argument(..., help="Recipe YAML file."),
+    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+) -> None:
+    """Print the resolved recipe (defaults filled in, overrides applied) as YAML."""
+    from normzoo import recipe as recipes
+
+    # Not checked against this machine: a recipe for a bigger one is shown as well.
+    typer.echo(recipes.load(recipe, overrides or []).to_yaml(), nl=False)
+
+
+@app.command("validate")
+@user_errors
+def validate(
+    recipe: Path = typer.Argument(..., help="Recipe YAML file."),
+    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+) -> None:
+    """Check a recipe against the schema, the installed plugins and what this machine can run
+    (memory, CPU cores); exit 2 with every error."""
+    from normzoo import recipe as recipes
+
+    recipes.load(recipe, overrides or [], machine=True)
+    typer.echo(f"{recipe}: ok")

@@ -1,0 +1,43 @@
+"""``normzoo train``: one module for the command people run most, so it is found by its name.
+
+Torch and Lightning load inside the command, never at import, to keep ``normzoo --help`` quick.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
+
+
+@user_errors
+def train(
+    recipe: Path = typer.Argument(..., help="Recipe YAML file."),
+    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing run directory."),
+    resume: str = typer.Option(
+        None, help="Continue a run: 'auto' (its checkpoints/last.ckpt) or a checkpoint path."
+    ),
+) -> None:
+    """Train a model from RECIPE; writes a run directory with checkpoints, logs and a summary."""
+    from normzoo import recipe as recipes
+
+    resolved = recipes.load(recipe, overrides or [], machine=True)
+    from normzoo.train import run
+
+    with file_system_failures():
+        summary = run(resolved, recipe, force=force, resume=resume)
+    if summary is None:  # another process of a multi-process run: rank 0 reports
+        return
+    typer.echo(json.dumps(summary, indent=2))
+    test = summary.get("test", {})
+    if "bleu" in test:
+        typer.secho(
+            f"test BLEU {test['bleu']:.2f} on {test['split']} ({test['sentences']} sentences; "
+            f"copying the source scores {test['copy_source_bleu']:.2f})  {test['signature']}",
+            bold=True,
+        )
+    typer.echo(f"run directory: {summary['run_dir']}")

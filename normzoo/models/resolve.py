@@ -1,0 +1,128 @@
+"""Resolve a model section's ``norm`` and ``residual`` names against the registry.
+
+Called once, while the model section is validated (:class:`~normzoo.models.config.ModelConfig`):
+it looks each name up, checks its options against the plugin's own signature, tries the norm
+at the model's width and the scheme on every stack (so that a plugin's own checks speak at
+validation time), and checks the combinations that cannot work. Problems are located relative
+to the model section (``norm``, ``residual.alpha``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from normzoo import registry
+from normzoo.errors import ConfigError, NormzooError, Problem
+from normzoo.options import validate_options
+from normzoo.residual.base import Family, ResidualScheme, StackInfo
+
+if TYPE_CHECKING:
+    from normzoo.models.config import Component, ModelConfig
+
+
+def stack_infos(config: ModelConfig) -> list[StackInfo]:
+    """The stacks this family has, each told the family and both depths."""
+    family = Family(config.family)
+    n, m = config.encoder_depth, config.decoder_depth
+    stacks = []
+    if family is not Family.DECODER:
+        stacks.append(StackInfo(family, "encoder", n, m, config.d_model))
+    if family is not Family.ENCODER:
+        stacks.append(StackInfo(family, "decoder", n, m, config.d_model))
+    return stacks
+
+
+def norm_factory(name: str) -> Callable[..., nn.Module]:
+    """The registered norm ``name``: a callable ``(width, **options) -> module``."""
+    factory = registry.norms.get(name)
+    if not callable(factory):
+        raise ConfigError([Problem("norm", f"'{name}' is not a norm factory")])
+    return factory
+
+
+def scheme_class(name: str) -> type[ResidualScheme]:
+    """The registered residual scheme ``name``: a :class:`ResidualScheme` subclass."""
+    obj = registry.residuals.get(name)
+    if not (isinstance(obj, type) and issubclass(obj, ResidualScheme)):
+        info = registry.residuals.info(name)
+        raise ConfigError([Problem("residual", f"'{name}' from {info.distribution} is not a "
+                                   "ResidualScheme subclass")])
+    return obj
+
+
+def _problems(error: NormzooError, where: str) -> list[Problem]:
+    if isinstance(error, ConfigError):
+        return [p if p.path else Problem(where, p.message) for p in error.problems]
+    return [Problem(where, str(error))]  # unknown name, broken plugin, name collision
+
+
+def _given(component: Component, validated: dict[str, Any]) -> Component:
+    """``component`` with the options it names, as the plugin's signature read them."""
+    from normzoo.models.config import Component
+
+    return Component(name=component.name,
+                     **{key: validated[key] for key in component.options})
+
+
+def _resolve_norm(config: ModelConfig) -> tuple[Component | None, list[Problem]]:
+    name = config.norm.name
+    try:
+        factory = norm_factory(name)
+        options = validate_options(factory, config.norm.options, skip=1, where="norm")
+        factory(config.d_model, **options)  # the factory's own checks, e.g. groups | width
+    except NormzooError as error:
+        return None, _problems(error, "norm")
+    except (ValueError, TypeError) as error:
+        return None, [Problem("norm", f"{name}({config.d_model}): {error}")]
+    problem = causal_norm_problem(config, factory)
+    return _given(config.norm, options), [problem] if problem else []
+
+
+def _resolve_residual(config: ModelConfig) -> tuple[Component | None, list[ResidualScheme],
+                                                   list[Problem]]:
+    try:
+        cls = scheme_class(config.residual.name)
+        options = validate_options(cls, config.residual.options, skip=1, where="residual")
+        schemes = [cls(stack, **options) for stack in stack_infos(config)]
+    except NormzooError as error:
+        return None, [], _problems(error, "residual")
+    except (ValueError, TypeError) as error:
+        return None, [], [Problem("residual", str(error))]
+    return _given(config.residual, options), schemes, []
+
+
+def causal_norm_problem(config: ModelConfig, factory: Any) -> Problem | None:
+    """A norm whose statistics mix positions (``mixes_positions = True``, BatchNorm) cannot sit
+    in a causal decoder: in training, every position's output would depend on later tokens.
+
+    ``model.norm`` serves both stacks, so an encoder-decoder is refused too.
+    """
+    if config.family == "encoder" or not getattr(factory, "mixes_positions", False):
+        return None
+    return Problem(
+        "norm",
+        f"'{config.norm.name}' cannot be used in a causal decoder (model.family "
+        f"'{config.family}'): in training its statistics mix all positions of the batch, so "
+        "each position's output depends on later tokens, the ones it is trained to predict; "
+        "use a per-token norm (layernorm, rmsnorm, scalenorm, dyt), or an encoder (task mlm)",
+    )
+
+
+def resolve(config: ModelConfig) -> tuple[Component, Component, list[Problem]]:
+    """``config``'s norm and residual with validated options, and every problem found."""
+    norm, problems = _resolve_norm(config)
+    residual, schemes, found = _resolve_residual(config)
+    problems += found
+    stream_norm = getattr(registry.norms.get(config.norm.name), "supports_stream_norm", True) \
+        if norm is not None else True
+    if any(scheme.normalizes_stream() for scheme in schemes) and not stream_norm:
+        problems.append(Problem(
+            "norm",
+            f"'{config.norm.name}' cannot normalise the residual stream, and "
+            f"'{config.residual.name}' puts a norm on it (x <- norm(... + f(x))); "
+            "use a pre-norm scheme (pre, sandwich, peri, subln, layerscale)",
+        ))
+    return norm or config.norm, residual or config.residual, list(dict.fromkeys(problems))

@@ -1,0 +1,39 @@
+"""Recipes: one YAML file describes a whole run; ``key=value`` overrides change it from the CLI.
+
+A recipe is read (:mod:`~normzoo.recipe.reading`), overridden
+(:mod:`~normzoo.recipe.overrides`) and validated once (:mod:`~normzoo.recipe.loading`) into a
+typed :class:`Recipe` (:mod:`~normzoo.recipe.schema`) that every layer receives as it is.
+"""
+
+from normzoo.recipe.loading import MODEL_LIMITS, from_dict, load
+from normzoo.recipe.overrides import apply_overrides, parse_override
+from normzoo.recipe.reading import read_yaml
+from normzoo.recipe.schema import (
+    FAMILY_OF_TASK,
+    DataConfig,
+    DiagnosticsConfig,
+    EvalConfig,
+    OptimConfig,
+    Recipe,
+    RunConfig,
+    TokenizerConfig,
+    TrainerConfig,
+)
+
+__all__ = [
+    "FAMILY_OF_TASK",
+    "MODEL_LIMITS",
+    "DataConfig",
+    "DiagnosticsConfig",
+    "EvalConfig",
+    "OptimConfig",
+    "Recipe",
+    "RunConfig",
+    "TokenizerConfig",
+    "TrainerConfig",
+    "apply_overrides",
+    "from_dict",
+    "load",
+    "parse_override",
+    "read_yaml",
+]

@@ -1,0 +1,60 @@
+"""The final test of a finished run: the best checkpoint scored on the test split (BLEU for
+translation, the task metrics for language models), as ``summary.json`` reports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from normzoo.atomic import atomic_write_text
+from normzoo.recipe import Recipe
+
+
+def _load_best(task, trainer) -> None:
+    import torch
+
+    best = trainer.checkpoint_callback.best_model_path
+    if best and Path(best).is_file():  # FSDP's sharded checkpoints are folders: keep weights
+        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+        task.load_state_dict(state)
+
+
+def test_language_model(recipe: Recipe, task, data,
+                        trainer) -> tuple[dict[str, float], dict[str, Any]]:
+    """Task metrics of the best checkpoint on the validation split (``val/*``) and on the test
+    split (all ranks take part). The test runs as ``trainer.test`` and logs under ``test/``, so
+    its numbers never stand in for the validation metrics."""
+    _load_best(task, trainer)
+    validation = trainer.validate(task, dataloaders=data.val_dataloader(), verbose=False)[0]
+    test = trainer.test(task, dataloaders=data.test_dataloader(), verbose=False)[0]
+    return ({k: float(v) for k, v in validation.items()},
+            {"split": recipe.data.test_split,
+             **{k.removeprefix("test/"): float(v) for k, v in test.items()}})
+
+
+def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
+    """BLEU of the best checkpoint on the test split, decoded by rank 0 alone."""
+    _load_best(task, trainer)
+    split = recipe.data.test_split
+    from normzoo.evaluate import translate_dataset
+    from normzoo.scoring import score
+
+    test = data.dataset("test")
+    sources = data.sources["test"]
+    hyps = translate_dataset(task.model, data.tokenizer, test, recipe.eval,
+                             recipe.data.max_tokens)
+    refs = data.references["test"]
+    result = score(hyps, refs)
+    copy = score(sources, refs)
+    atomic_write_text(Path(trainer.default_root_dir) / f"hyps.{split}.txt",
+                      "\n".join(hyps) + "\n", "hypotheses")
+    summary = {"split": split, "beam": recipe.eval.beam, "bleu": round(result.bleu, 2),
+               "chrf": round(result.chrf, 2), "signature": result.bleu_signature,
+               "copy_source_bleu": round(copy.bleu, 2), "sentences": result.sentences}
+    if recipe.eval.beam > 1:  # the greedy score beside it shows what the beam search buys
+        greedy = recipe.eval.model_copy(update={"beam": 1})
+        greedy_hyps = translate_dataset(task.model, data.tokenizer, test, greedy,
+                                        recipe.data.max_tokens)
+        summary["greedy_bleu"] = round(score(greedy_hyps, refs).bleu, 2)
+    return summary

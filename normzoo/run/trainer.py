@@ -1,0 +1,151 @@
+"""The Lightning Trainer a recipe asks for: callbacks, loggers, strategy, and the failures of
+the machine (memory, disk) turned into messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from normzoo.atomic import checkpoint_io
+from normzoo.errors import NormzooError, RuntimeFailure
+from normzoo.recipe import Recipe
+from normzoo.tasks import monitored_metric
+
+
+class TrainerSetupError(NormzooError):
+    """The recipe's trainer settings cannot run on this machine (devices, strategy, precision)."""
+
+
+def global_rank() -> int:
+    """This process's rank, known before the Trainer exists (from the launcher's environment).
+
+    Lightning's launcher re-runs ``normzoo train`` once per extra process, and torchrun or SLURM
+    start every process the same way: only rank 0 may create or write the run directory.
+    """
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) or 0
+
+
+def _flush_logs_callback():
+    from lightning.pytorch.callbacks import Callback
+
+    class FlushLogsOnCheckpoint(Callback):
+        """Write the loggers' buffered rows whenever a checkpoint is saved.
+
+        A run killed later loses no logged history that its checkpoint covers: the resumed run
+        picks up both from the same step.
+        """
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+            for logger in trainer.loggers:
+                logger.save()
+
+    return FlushLogsOnCheckpoint()
+
+
+def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    t = recipe.trainer
+    strategy: Any = t.strategy
+    if t.strategy == "fsdp":
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        from normzoo.models.layers import DecoderLayer, EncoderLayer
+
+        # One FSDP unit per Transformer layer; each process saves its own shard.
+        strategy = FSDPStrategy(auto_wrap_policy={EncoderLayer, DecoderLayer},
+                                state_dict_type="sharded")
+    from normzoo.checkpointing import rolling_checkpoints
+    from normzoo.preemption import preemption_callback
+
+    monitor, mode = monitored_metric(recipe)
+    checkpoints = run_dir / "checkpoints"
+    # Lightning runs checkpoint callbacks last, in this order: best-N, then step-N and last.
+    best = ModelCheckpoint(
+        dirpath=checkpoints,
+        filename="best-{step}",
+        monitor=monitor,
+        mode=mode,
+        save_top_k=t.save_top_k,
+        save_last=False,
+        auto_insert_metric_name=False,
+    )
+    rolling = rolling_checkpoints(checkpoints, t.keep_checkpoints)
+    callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
+                            _flush_logs_callback()]
+    diagnostics = recipe.diagnostics
+    if diagnostics.guard or diagnostics.max_loss is not None:
+        from normzoo.diagnostics.callbacks import DivergenceGuard
+
+        callbacks.append(DivergenceGuard(diagnostics.max_loss))
+    if diagnostics.every_steps:
+        from normzoo.diagnostics.callbacks import DiagnosticsCallback
+
+        callbacks.append(DiagnosticsCallback(diagnostics.every_steps))
+    if t.progress_bar:
+        callbacks.append(RichProgressBar(leave=True))
+    loggers = [
+        CSVLogger(run_dir / "logs", name="csv", version=""),
+        TensorBoardLogger(run_dir / "logs", name="tb", version="", default_hp_metric=False),
+    ]
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        return L.Trainer(
+            default_root_dir=run_dir,
+            max_steps=t.max_steps,
+            max_epochs=t.max_epochs if t.max_epochs is not None else -1,
+            max_time=t.max_time,
+            val_check_interval=t.val_every_steps * t.accumulate,
+            check_val_every_n_epoch=None,
+            log_every_n_steps=t.log_every_steps,
+            accumulate_grad_batches=t.accumulate,
+            gradient_clip_val=recipe.optim.clip_norm or None,
+            precision=t.precision,
+            accelerator=t.accelerator,
+            devices=t.devices,
+            num_nodes=t.num_nodes,
+            strategy=strategy,
+            callbacks=callbacks,
+            logger=loggers,
+            use_distributed_sampler=False,  # token-budget batches are sharded by our sampler
+            enable_progress_bar=t.progress_bar,
+            plugins=[checkpoint_io()],  # atomic writes: never a half-written checkpoint
+            **extra,
+        )
+    except (MisconfigurationException, ValueError, RuntimeError) as error:
+        raise TrainerSetupError(
+            f"trainer settings (accelerator={t.accelerator}, devices={t.devices}, "
+            f"num_nodes={t.num_nodes}, strategy={t.strategy}, precision={t.precision}) cannot "
+            f"run on this machine: {error}"
+        ) from None
+
+
+@contextlib.contextmanager
+def machine_failures(trainer: Any) -> Iterator[None]:
+    """Turn the machine running out of memory or disk into a :class:`RuntimeFailure` (exit 1)
+    that says what to do, instead of a traceback from deep inside torch."""
+    import torch
+
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise RuntimeFailure(
+            f"out of memory at step {trainer.global_step}: lower data.max_tokens (raise "
+            "trainer.accumulate to keep the batch), then continue with --resume auto"
+        ) from None
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise RuntimeFailure(
+            f"the disk is full (at step {trainer.global_step}): free space, then continue with "
+            "--resume auto; the last checkpoint is intact"
+        ) from None

@@ -1,0 +1,39 @@
+"""The one quantity every task reports for a batch: its summed token loss and token count.
+
+Summed, not averaged, so that batches, gradient accumulation and processes combine exactly
+(:meth:`normzoo.tasks.base.NormzooTask.global_token_mean`). Plain torch: the evaluation code
+and the benchmarks use it without Lightning.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+
+class LossTerms(NamedTuple):
+    """A batch's summed token loss, its number of target tokens and, where asked for, how
+    many of them the model's argmax predicts."""
+
+    loss_sum: torch.Tensor
+    tokens: torch.Tensor
+    correct: torch.Tensor | None = None
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """The mean token loss (0 for a batch without targets)."""
+        return self.loss_sum / self.tokens.clamp(min=1)
+
+
+def token_terms(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int,
+                smoothing: float = 0.0, count_correct: bool = False) -> LossTerms:
+    """Cross-entropy of ``logits`` (computed in fp32) against ``labels``, skipping
+    ``ignore_index`` (padding, or the positions an MLM does not predict)."""
+    logits = logits.float()
+    loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=ignore_index,
+                               label_smoothing=smoothing, reduction="sum")
+    targets = labels.ne(ignore_index)
+    correct = (logits.argmax(dim=-1).eq(labels) & targets).sum() if count_correct else None
+    return LossTerms(loss_sum, targets.sum(), correct)
