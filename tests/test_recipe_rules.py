@@ -126,3 +126,33 @@ def test_a_misspelt_option_is_reported_whatever_its_place():
         code, output = validate(*overrides)
         assert code == 2
         assert "model.residual.post_fractoin: unknown option" in output
+
+
+def test_rules_of_one_section_and_across_sections_report_together():
+    """A section's rules are all reported, and the recipe-wide ones too while sections have
+    problems of their own (pydantic skips a model's rules once one of its fields fails)."""
+    code, output = validate("data.source=files", "data.max_len=512", "data.max_tokens=256")
+    assert code == 2 and "data.dir: required" in output and "data.max_len: 512" in output
+    code, output = validate("model.d_model=130", "data.source=hub", "data.path=corpus",
+                            "data.streaming=true", "model.dropout=2")
+    assert code == 2
+    for says in ("model.d_model: 130", "model.dropout:", "data.streaming: streams causal_lm"):
+        assert says in output, output
+
+
+def test_a_model_section_that_skipped_the_registry_is_checked_before_it_is_built():
+    from normzoo.errors import ConfigError
+    from normzoo.models import assemble
+
+    for model, says in (({"norm": "batchnorm"}, "causal decoder"),
+                        ({"residual": {"name": "mixln", "post_fraction": 5}}, "less than")):
+        recipe = from_dict({"task": "causal_lm", "model": model}, check_registry=False)
+        assert not recipe.model.registry_checked
+        with pytest.raises(ConfigError, match=says):
+            assemble(recipe.model, vocab_size=100)
+    typed = from_dict({"task": "causal_lm", "model": {
+        "d_model": 32, "heads": 2, "ffn_dim": 64, "decoder_layers": 1,
+        "residual": {"name": "mixln", "post_fraction": "0.5"}}})
+    assert typed.model.registry_checked
+    assert typed.model.residual.options == {"post_fraction": 0.5}  # typed once, at validation
+    assert assemble(typed.model, vocab_size=100) is not None

@@ -40,9 +40,12 @@ def assemble(
 ) -> TransformerModel:
     """Build the model described by ``config`` (``vocab_size`` overrides the config's).
 
-    A plain dict (the Python API) is validated here; a ``ModelConfig`` already was.
+    A plain dict (the Python API) is validated here; a ``ModelConfig`` already was, unless it
+    skipped the registry check: then it is checked now, before anything is built.
     """
     config = ModelConfig.parse(config)
+    if not config.registry_checked:
+        config = ModelConfig.parse(config.model_dump())
     if vocab_size is not None:
         config = config.with_vocab(vocab_size)
     if config.vocab_size is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from normzoo.errors import ConfigError, Problem
 from normzoo.options import pydantic_problems, rule_error, rule_problems
@@ -70,6 +70,10 @@ class ModelConfig(BaseModel):
         default=True, description="encoder and decoder share one embedding (joint vocabulary)"
     )
     pad_id: int = Field(default=0, ge=0)
+    # Whether validation checked norm and residual against the registry (and typed their
+    # options); a config built otherwise (model_construct, check_registry=False) is checked by
+    # assemble() before it builds anything.
+    _registry_checked: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> ModelConfig:
@@ -99,16 +103,24 @@ class ModelConfig(BaseModel):
             if not found:  # the options as the plugins' signatures read them
                 object.__setattr__(self, "norm", norm)  # frozen: set once, while validating
                 object.__setattr__(self, "residual", residual)
+                self._registry_checked = not problems
         if problems:
             raise rule_error(*dict.fromkeys(problems))
         return self
 
     def with_vocab(self, vocab_size: int) -> ModelConfig:
         """This model with the tokenizer's vocabulary size (which the recipe leaves open)."""
+        if vocab_size < 1:
+            raise ConfigError([Problem("model.vocab_size", f"{vocab_size}: must be positive")])
         if self.pad_id >= vocab_size:
             raise ConfigError([Problem("model.pad_id", f"{self.pad_id} is outside the "
                                        f"vocabulary ({vocab_size})")])
         return self.model_copy(update={"vocab_size": vocab_size})
+
+    @property
+    def registry_checked(self) -> bool:
+        """Whether ``norm`` and ``residual`` were checked against the registry when validated."""
+        return self._registry_checked
 
     @property
     def encoder_depth(self) -> int:

@@ -20,7 +20,7 @@ from normzoo.errors import ConfigError, Problem
 from normzoo.options import boolean_numbers, close_match, key_name, pydantic_problems, rule_problems
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape, read_yaml
-from normzoo.recipe.schema import FAMILY_OF_TASK, Recipe, family_problem
+from normzoo.recipe.schema import FAMILY_OF_TASK, Recipe, section_problems
 
 TASK_OF_FAMILY = {family: task for task, family in FAMILY_OF_TASK.items()}
 
@@ -156,6 +156,24 @@ def _prechecked(data: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     return data, problems
 
 
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    section = data.get(name)
+    return section if isinstance(section, dict) else {}
+
+
+def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
+    """The recipe-wide rules (:func:`~normzoo.recipe.schema.section_problems`) on what is left
+    of an invalid recipe, each key's default standing in where it is missing."""
+    model, trainer = _section(left, "model"), _section(left, "trainer")
+    data = _section(left, "data")
+    residual = model.get("residual", "pre")
+    name, init = ((residual.get("name"), residual.get("init")) if isinstance(residual, dict)
+                  else (residual, None))
+    return section_problems(left.get("task", "translation"), model.get("family"),
+                            trainer.get("strategy", "auto"), name, init,
+                            data.get("streaming", False))
+
+
 def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     """Validate plain data as a recipe; raise :class:`ConfigError` with every problem.
 
@@ -176,11 +194,9 @@ def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     _fill_family(known)
     recipe, found, left = _validate(known, {"registry": check_registry})
     problems += [p for p in found if p not in problems]
-    if recipe is None and isinstance(left.get("model"), dict):
+    if recipe is None:
         # The recipe-wide rules are skipped by pydantic while a section has problems.
-        problem = family_problem(left.get("task", "translation"), left["model"].get("family"))
-        if problem is not None and problem not in problems:
-            problems.append(problem)
+        problems += [p for p in _left_section_problems(left) if p not in problems]
     if problems:
         raise ConfigError(problems, "invalid recipe")
     assert recipe is not None

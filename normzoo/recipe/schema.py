@@ -30,6 +30,22 @@ def family_problem(task: Any, family: Any) -> Problem | None:
     return Problem("model.family", f"task '{task}' needs family '{expected}', not '{family}'")
 
 
+def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_init: Any,
+                     streaming: Any) -> list[Problem]:
+    """The rules that tie one section to another, on plain values (the loader also checks them
+    on what is left of a recipe whose sections have problems of their own)."""
+    problems = [family_problem(task, family)]
+    if strategy == "fsdp" and residual == "admin" and residual_init == "profiled":
+        # Profiling writes w inside the sharded layers; not supported (nor tested) there.
+        problems.append(Problem("model.residual.init", "'profiled' is not supported with "
+                                "trainer.strategy=fsdp; use closed_form, or strategy ddp"))
+    if streaming is True and task == "translation":
+        problems.append(Problem("data.streaming", "streams causal_lm and mlm corpora; "
+                                "translation corpora are prepared once with `normzoo prepare` "
+                                "and memory-mapped"))
+    return [problem for problem in problems if problem is not None]
+
+
 class _Section(BaseModel):
     # nan and infinity pass range checks such as gt=0 (inf > 0) and mean nothing in a recipe.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -87,17 +103,20 @@ class DataConfig(_Section):
 
     @model_validator(mode="after")
     def _source_fields(self) -> DataConfig:
+        problems = []
         if self.source == "files" and not self.dir:
-            raise rule_error(Problem("dir", "required when source is 'files'"))
+            problems.append(Problem("dir", "required when source is 'files'"))
         if self.source == "hub" and not self.path:
-            raise rule_error(Problem("path", "required when source is 'hub'"))
+            problems.append(Problem("path", "required when source is 'hub'"))
         if self.streaming and self.source != "hub":
-            raise rule_error(Problem("streaming", "streams hub datasets only; prepare local "
-                                     "files with `normzoo prepare`"))
+            problems.append(Problem("streaming", "streams hub datasets only; prepare local "
+                                    "files with `normzoo prepare`"))
         if self.max_len > self.max_tokens:
-            raise rule_error(Problem("max_len", f"{self.max_len} exceeds max_tokens="
-                                     f"{self.max_tokens}: the longest example would not fit a "
-                                     "batch"))
+            problems.append(Problem("max_len", f"{self.max_len} exceeds max_tokens="
+                                    f"{self.max_tokens}: the longest example would not fit a "
+                                    "batch"))
+        if problems:
+            raise rule_error(*problems)
         return self
 
 
@@ -216,27 +235,13 @@ class Recipe(_Section):
 
     @model_validator(mode="after")
     def _sections_agree(self) -> Recipe:
-        problems = [problem for problem in (family_problem(self.task, self.model.family),
-                                            self._fsdp_problem(), self._streaming_problem())
-                    if problem is not None]
+        residual = self.model.residual
+        problems = section_problems(self.task, self.model.family, self.trainer.strategy,
+                                    residual.name, residual.options.get("init"),
+                                    self.data.streaming)
         if problems:
             raise rule_error(*problems)
         return self
-
-    def _fsdp_problem(self) -> Problem | None:
-        residual = self.model.residual
-        if (self.trainer.strategy == "fsdp" and residual.name == "admin"
-                and residual.options.get("init") == "profiled"):
-            # Profiling writes w inside the sharded layers; not supported (nor tested) there.
-            return Problem("model.residual.init", "'profiled' is not supported with "
-                           "trainer.strategy=fsdp; use closed_form, or strategy ddp")
-        return None
-
-    def _streaming_problem(self) -> Problem | None:
-        if self.data.streaming and self.task == "translation":
-            return Problem("data.streaming", "streams causal_lm and mlm corpora; translation "
-                           "corpora are prepared once with `normzoo prepare` and memory-mapped")
-        return None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (YAML/JSON-safe) that :func:`from_dict` reads back to an equal recipe."""
