@@ -10,6 +10,7 @@ that never saw the run directory.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,22 +65,46 @@ class Loaded:
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int | None = None) -> list[str]:
         """Continuations of ``prompts`` sampled from a causal LM (temperature 0: greedy)."""
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        settings = {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                    "top_k": top_k, "top_p": top_p, "generator": generator}
+        # One at a time, on one generator: prompts of different lengths need no padding.
+        return [self.tokenizer.decode(list(self._sampled_ids(prompt, **settings)))
+                for prompt in prompts]
+
+    def stream(self, prompt: str, *, max_new_tokens: int = 50, temperature: float = 1.0,
+               top_k: int | None = None, top_p: float | None = None,
+               generator: torch.Generator | None = None) -> Iterator[str]:
+        """The continuation of ``prompt`` as text, piece by piece as each token is sampled
+        (``normzoo generate``). The pieces join to what :meth:`generate` returns for the same
+        generator state: the tokenizer's decoder maps tokens to text one by one, so the text of
+        a token prefix is a prefix of the whole text."""
+        ids: list[int] = []
+        shown = ""
+        for token in self._sampled_ids(prompt, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, top_k=top_k, top_p=top_p,
+                                       generator=generator):
+            ids.append(token)
+            text = self.tokenizer.decode(ids)
+            if len(text) > len(shown) and text.startswith(shown):
+                yield text[len(shown):]
+                shown = text
+
+    def _sampled_ids(self, prompt: str, **settings: Any) -> Iterator[int]:
+        """Token ids sampled after ``prompt``, up to (not including) EOS."""
         from normzoo.data.examples import pad
-        from normzoo.data.tokenizer import BOS
-        from normzoo.decoding import sample
+        from normzoo.data.tokenizer import BOS, EOS
+        from normzoo.decoding import sample_steps
         from normzoo.models.families import DecoderModel
 
         if not isinstance(self.model, DecoderModel):
             raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a causal LM")
-        generator = None if seed is None else torch.Generator().manual_seed(seed)
-        results = []
-        for prompt in prompts:  # one at a time: prompts of different lengths need no padding
-            ids = pad([[BOS, *self.tokenizer.encode(prompt)]])
-            new = sample(self.model, ids, max_new_tokens=max_new_tokens,
-                         temperature=temperature, top_k=top_k, top_p=top_p,
-                         generator=generator)
-            results.append(self.tokenizer.decode(new[0]))
-        return results
+        ids = pad([[BOS, *self.tokenizer.encode(prompt)]])
+        for step in sample_steps(self.model, ids, **settings):
+            token = int(step[0])
+            if token == EOS:
+                return
+            yield token
 
     def eval_config(self, beam: int | None = None, lenpen: float | None = None) -> EvalConfig:
         update: dict[str, Any] = {}

@@ -203,6 +203,27 @@ def sample(
     smallest set whose probability reaches p (nucleus sampling). Returns the new token ids of
     each row, stopping at EOS.
     """
+    steps = list(sample_steps(model, prompt, max_new_tokens=max_new_tokens,
+                              temperature=temperature, top_k=top_k, top_p=top_p,
+                              generator=generator))
+    if not steps:
+        return [[] for _ in range(prompt.shape[0])]
+    return [_strip(row) for row in torch.stack(steps, dim=1).tolist()]
+
+
+@torch.no_grad()  # on a generator, torch enters and leaves no_grad around each step
+def sample_steps(
+    model: DecoderModel,
+    prompt: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[torch.Tensor]:
+    """The tokens :func:`sample` picks, one step ``[B]`` at a time as they are sampled (PAD for
+    rows already finished), so a caller can show them as they come."""
     if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None
                                                                           and top_k < 1):
         raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 1")
@@ -211,18 +232,15 @@ def sample(
         limit = model.config.max_positions - prompt.shape[1]
         cache = model.new_cache()
         logits = model(prompt, cache=cache)[:, -1]
-        out = torch.full((batch, max(min(max_new_tokens, limit), 0)), PAD, dtype=torch.long,
-                         device=prompt.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=prompt.device)
-        for step in range(out.shape[1]):
+        for _ in range(max(min(max_new_tokens, limit), 0)):
             token = _pick(logits.float(), temperature, top_k, top_p, generator)
             token[finished] = PAD
-            out[:, step] = token
+            yield token
             finished |= token.eq(EOS)
             if bool(finished.all()):
-                break
+                return
             logits = model(token[:, None], cache=cache)[:, -1]
-        return [_strip(row) for row in out.tolist()]
 
 
 def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,

@@ -20,6 +20,7 @@ from normzoo.cli import (
     diagnose,
     evaluate,
     export,
+    generate,
     prepare,
     recipe,
     sweep,
@@ -35,7 +36,7 @@ app = typer.Typer(
     name="normzoo",
     help="Train Transformers with any residual scheme and norm, and measure what the choice does.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for the user's shell
     pretty_exceptions_enable=False,
 )
 
@@ -63,6 +64,7 @@ app.command("train")(train.train)
 app.command("prepare")(prepare.prepare)
 app.command("evaluate")(evaluate.evaluate)
 app.command("translate")(translate.translate)
+app.command("generate")(generate.generate)
 app.command("export")(export.export)
 app.command("diagnose")(diagnose.diagnose)
 app.command("sweep")(sweep.sweep)

@@ -1,0 +1,101 @@
+"""``normzoo generate``: continuations of a causal-LM checkpoint or export, streamed as they are
+sampled, equal to the Python API's with the same seed; and shell completion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny import tiny
+from typer.testing import CliRunner
+
+import normzoo
+from normzoo import train
+from normzoo.cli import app
+from normzoo.data import builtin
+from normzoo.export import export
+from normzoo.recipe import from_dict
+
+runner = CliRunner()
+PROMPTS = ["the dog", "a small cat saw", "the"]
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``last.ckpt`` of a few steps of a tiny causal LM on the toy corpus's source side."""
+    root = tmp_path_factory.mktemp("lm")
+    for split, size in (("train", 300), ("valid", 20), ("test", 20)):
+        lines = [source for source, _ in builtin.generate(split, size=size)]
+        (root / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    recipe = from_dict(tiny(task="causal_lm", model={"family": "decoder", "encoder_layers": 0},
+                            run={"dir": str(root / "run")},
+                            data={"source": "files", "dir": str(root), "train_limit": 300,
+                                  "valid_limit": 20},
+                            trainer={"max_steps": 4, "val_every_steps": 4}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NORMZOO_CACHE", str(root / "cache"))
+        train.run(recipe, "lm.yaml")
+    return root / "run" / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize("settings", [
+    ["--seed", "0"],
+    ["--seed", "7", "--temperature", "0.7", "--top-k", "20"],
+    ["--seed", "3", "--top-p", "0.9", "--max-new-tokens", "5"],
+    ["--temperature", "0"],  # greedy: no seed needed
+])
+def test_generate_prints_what_the_python_api_returns(lm_checkpoint: Path, tmp_path: Path,
+                                                     settings: list[str]):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["generate", str(lm_checkpoint), "--input", str(prompts),
+                                 *settings])
+    assert result.exit_code == 0, result.output
+    options = dict(zip(settings[::2], settings[1::2], strict=True))
+    expected = normzoo.load(lm_checkpoint).generate(
+        PROMPTS, seed=int(options["--seed"]) if "--seed" in options else None,
+        temperature=float(options.get("--temperature", 1.0)),
+        top_k=int(options["--top-k"]) if "--top-k" in options else None,
+        top_p=float(options["--top-p"]) if "--top-p" in options else None,
+        max_new_tokens=int(options.get("--max-new-tokens", 50)))
+    assert result.output.splitlines() == expected
+    assert any(expected)  # something was sampled
+
+
+def test_stream_pieces_join_to_the_continuation(lm_checkpoint: Path):
+    import torch
+
+    loaded = normzoo.load(lm_checkpoint)
+    pieces = list(loaded.stream("the dog", generator=torch.Generator().manual_seed(5)))
+    assert len(pieces) > 1  # shown as it comes, not at the end
+    assert "".join(pieces) == loaded.generate(["the dog"], seed=5)[0]
+
+
+def test_generate_from_an_export_and_from_stdin(lm_checkpoint: Path, tmp_path: Path):
+    out = export(lm_checkpoint, tmp_path / "export")
+    from_file = runner.invoke(app, ["generate", str(lm_checkpoint), "--prompt", "the dog",
+                                    "--seed", "1"])
+    from_export = runner.invoke(app, ["generate", str(out), "--seed", "1"], input="the dog\n")
+    assert from_file.exit_code == from_export.exit_code == 0, from_export.output
+    assert from_file.output == from_export.output
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--prompt", "a", "--input", "x.txt"], "not both"),
+    (["--prompt", "a", "--top-p", "0"], "--top-p"),
+])
+def test_generate_refuses_bad_arguments(lm_checkpoint: Path, args: list[str], says: str):
+    result = runner.invoke(app, ["generate", str(lm_checkpoint), *args])
+    assert result.exit_code == 2 and says in result.output
+
+
+def test_generate_refuses_a_translation_model(tiny_checkpoint: Path):
+    result = runner.invoke(app, ["generate", str(tiny_checkpoint), "--prompt", "a"])
+    assert result.exit_code == 2
+    assert "not a causal LM" in result.output and "Traceback" not in result.output
+
+
+def test_shell_completion_is_on():
+    result = runner.invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "_normzoo_completion" in result.output
+    assert "--install-completion" in runner.invoke(app, ["--help"]).output
