@@ -92,17 +92,17 @@ def rolling_checkpoints(dirpath: Path, keep: int) -> Any:
             last = self.dirpath / "last.ckpt"
             if self.keep:
                 path = self.dirpath / f"step-{step}.ckpt"
-                trainer.save_checkpoint(path)
+                trainer.save_checkpoint(path, weights_only=False)
                 linked = False
                 if trainer.is_global_zero and path.is_file():
                     linked = link_last(path, last)
                 linked = trainer.strategy.broadcast(linked)
                 if not linked:  # a sharded (folder) checkpoint, or no hard links here
-                    trainer.save_checkpoint(last)
+                    trainer.save_checkpoint(last, weights_only=False)
                 if trainer.is_global_zero:
                     self.prune(step)
             else:
-                trainer.save_checkpoint(last)
+                trainer.save_checkpoint(last, weights_only=False)
             trainer.strategy.barrier("rolling_checkpoints")
             self.saved_step = step
             return last

@@ -139,7 +139,7 @@ def preemption_callback(rolling: Any, slurm_requeue: bool = True) -> Any:
                 return
             last = rolling.dirpath / "last.ckpt"
             if rolling.saved_step != trainer.global_step:
-                trainer.save_checkpoint(last)
+                trainer.save_checkpoint(last, weights_only=False)
             self.saved_path = str(last)
             if (slurm_requeue and self.agreed == REQUEUE_SIGNAL and trainer.is_global_zero
                     and slurm_job_id() is not None):

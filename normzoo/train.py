@@ -14,6 +14,7 @@ from typing import Any
 from normzoo.atomic import atomic_write_text
 from normzoo.preemption import Preempted
 from normzoo.recipe import Recipe
+from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import (
     prepare_run_dir,
     refuse_existing_run,
@@ -80,6 +81,7 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
             typer.echo(f"resuming from {ckpt_path} (step {resumed_step})", err=True)
     # The Trainer and the data first: settings the hardware cannot run, and data that is
     # missing or broken, fail before anything is written to the run directory.
+    quiet_libraries()
     trainer = build_trainer(recipe, run_dir)
     saved = run_dir / "tokenizer.json"
     tokenizer = None  # the recipe's, from the prepared cache
@@ -101,6 +103,12 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
     task = task_class(recipe.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
     if recipe.task == "translation":
         task.valid_references = data.references["valid"]
+    if rank == 0:
+        import typer
+
+        size = sum(p.numel() for p in task.model.parameters())
+        budget = recipe.data.max_tokens * recipe.trainer.accumulate * trainer.world_size
+        typer.echo(header(size, budget, recipe.trainer.max_steps, run_dir), err=True)
 
     metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
     # Lightning's CSV logger starts metrics.csv afresh: the earlier rows wait in a file of their

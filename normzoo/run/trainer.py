@@ -50,7 +50,7 @@ def _flush_logs_callback():
 
 def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     t = recipe.trainer
@@ -91,7 +91,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
 
         callbacks.append(DiagnosticsCallback(diagnostics.every_steps))
     if t.progress_bar:
-        callbacks.append(RichProgressBar(leave=True))
+        from normzoo.run.console import StepProgressBar
+
+        callbacks.append(StepProgressBar(leave=True))
     loggers = [
         CSVLogger(run_dir / "logs", name="csv", version=""),
         TensorBoardLogger(run_dir / "logs", name="tb", version="", default_hp_metric=False),
@@ -118,6 +120,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
             logger=loggers,
             use_distributed_sampler=False,  # token-budget batches are sharded by our sampler
             enable_progress_bar=t.progress_bar,
+            enable_model_summary=False,  # normzoo's header line says the size
             plugins=[checkpoint_io()],  # atomic writes: never a half-written checkpoint
             **extra,
         )

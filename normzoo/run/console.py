@@ -1,0 +1,78 @@
+"""What a run prints: one header line, a progress bar over the run's steps, and nothing else
+from the libraries underneath (their advertisements, their own deprecation warnings).
+
+Lightning's progress bar counts the batches of an epoch (``Epoch 5/-2`` for a run bounded by
+steps); normzoo's runs are bounded by ``trainer.max_steps``, so the bar counts optimizer steps
+towards it, with the training loss, tokens per second, the validation metric and time left.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+from lightning.pytorch.callbacks import TQDMProgressBar
+
+# Lightning's logger lines that sell a service rather than describe the run.
+_ADVERTISEMENTS = ("💡 Tip:",)
+# Warnings raised inside Lightning about its own use of torch, which a user cannot act on.
+_INTERNAL_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
+
+
+class _DropAdvertisements(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(_ADVERTISEMENTS)
+
+
+def quiet_libraries() -> None:
+    """Silence third-party advertisements and internal deprecation warnings (idempotent).
+
+    The filter sits on the handlers Lightning attaches to its package loggers: a logger's own
+    filters do not see the records its child loggers pass up to those handlers."""
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _DropAdvertisements) for f in handler.filters):
+                handler.addFilter(_DropAdvertisements())
+    for message in _INTERNAL_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+def header(parameters: int, tokens_per_step: int, steps: int, run_dir: Any) -> str:
+    """The one line a run starts with: what is trained, how much per step, how long, where."""
+    return (f"normzoo: {parameters:,} parameters · up to {tokens_per_step:,} tokens per step · "
+            f"{steps:,} steps · {run_dir}")
+
+
+# The progress bar's columns: the logged metric, the name shown, and how it is formatted.
+_SHOWN = (("train/loss", "loss", "{:.3f}"), ("train/tok_s", "tok/s", "{:,.0f}"),
+          ("val/loss", "val_loss", "{:.3f}"), ("val/bleu", "val_bleu", "{:.2f}"),
+          ("val/ppl", "val_ppl", "{:.2f}"), ("val/mlm_acc", "val_acc", "{:.3f}"))
+
+
+class StepProgressBar(TQDMProgressBar):
+    """A bar over the run's optimizer steps, ``step / max_steps``, with time left."""
+
+    def on_train_epoch_start(self, trainer: Any, *_: Any) -> None:
+        bar = self.train_progress_bar
+        bar.reset(total=trainer.max_steps)
+        bar.initial = trainer.global_step  # a resumed run starts where it stopped
+        bar.n = trainer.global_step
+        bar.set_description("step")
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        bar = self.train_progress_bar
+        if bar is not None and trainer.global_step != bar.n:
+            bar.n = trainer.global_step
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+            bar.refresh()
+
+    def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
+        logged = super().get_metrics(trainer, pl_module)
+        shown = {}
+        for key, name, form in _SHOWN:
+            value = logged.get(key)
+            if value is not None:
+                shown[name] = form.format(float(value))
+        return shown

@@ -1,0 +1,35 @@
+"""What ``normzoo train`` prints: one header line, a progress bar over the run's steps, and no
+third-party advertisements or internal deprecation warnings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from tiny import tiny
+
+
+def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Path):
+    recipe = tiny(trainer={"max_steps": 4, "val_every_steps": 2, "progress_bar": True,
+                           "log_every_steps": 1})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "normzoo.cli", "train", str(path),
+                             f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    console = result.stderr + result.stdout  # Lightning's bars write to stdout
+    headers = [line for line in console.splitlines() if line.startswith("normzoo: ")]
+    assert len(headers) == 1
+    assert "parameters · up to 512 tokens per step · 4 steps · " in headers[0]
+    assert str(tmp_path / "run") in headers[0]
+    assert "step: 100%" in console and "4/4" in console  # steps of the run, not of an epoch
+    assert "loss=" in console and "tok/s=" in console
+    assert "Epoch" not in console and "/-2" not in console
+    for noise in ("💡", "litlogger", "litmodels", "LeafSpec", "DeprecationWarning",
+                  "`weights_only` was not set"):
+        assert noise not in console, noise
