@@ -24,7 +24,13 @@ from normzoo.run.directory import (
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.history import merge_history, read_metrics, trim_history, write_metrics
 from normzoo.run.resume import prepare_resume, requeued, resume_checkpoint
-from normzoo.run.trainer import build_trainer, global_rank, machine_failures
+from normzoo.run.trainer import (
+    build_loggers,
+    build_trainer,
+    close_loggers,
+    global_rank,
+    machine_failures,
+)
 from normzoo.tasks import task_class
 
 
@@ -96,6 +102,8 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
     tokenizer = data.tokenizer
     if rank == 0 and ckpt_path is None:
         prepare_run_dir(recipe, recipe_path, force)
+    # W&B and MLflow write as they are created: only now that the run directory is ours.
+    trainer.loggers = build_loggers(recipe, run_dir)
     if rank == 0:
         atomic_write_text(run_dir / "recipe.yaml", recipe.to_yaml(), "recipe")
         atomic_write_text(saved, tokenizer.to_str(), "tokenizer")
@@ -122,33 +130,36 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
-        with machine_failures(trainer):
-            trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-    except SIGTERMException:
+        try:
+            with machine_failures(trainer):
+                trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+        except SIGTERMException:
+            merge_history(metrics_file, earlier, history)
+            raise _preempted(trainer, recipe_path, run_dir, started) from None
         merge_history(metrics_file, earlier, history)
-        raise _preempted(trainer, recipe_path, run_dir, started) from None
-    merge_history(metrics_file, earlier, history)
-    # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
-    trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    if recipe.task != "translation":  # validate/test are collective: every rank takes part
-        lm_validation, lm_test = test_language_model(recipe, task, data, trainer)
-    if not trainer.is_global_zero:
-        return None
-    summary: dict[str, Any] = {
-        "status": "completed",
-        "recipe": str(recipe_path),
-        "run_dir": str(run_dir),
-        "steps": trainer.global_step,
-        "train_wall_s": round(time.perf_counter() - started, 1),
-        "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
-        "validation": {k: float(v) for k, v in trainer.callback_metrics.items()
-                       if k.startswith("val/")} if recipe.task == "translation" else lm_validation,
-    }
-    summary["test"] = (test_translation(recipe, task, data, trainer)
-                       if recipe.task == "translation" else lm_test)
-    summary["total_wall_s"] = round(time.perf_counter() - started, 1)
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
-    return summary
+        # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
+        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+        if recipe.task != "translation":  # validate/test are collective: every rank takes part
+            lm_validation, lm_test = test_language_model(recipe, task, data, trainer)
+        if not trainer.is_global_zero:
+            return None
+        summary: dict[str, Any] = {
+            "status": "completed",
+            "recipe": str(recipe_path),
+            "run_dir": str(run_dir),
+            "steps": trainer.global_step,
+            "train_wall_s": round(time.perf_counter() - started, 1),
+            "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
+            "validation": lm_validation if recipe.task != "translation" else {
+                k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+        }
+        summary["test"] = (test_translation(recipe, task, data, trainer)
+                           if recipe.task == "translation" else lm_test)
+        summary["total_wall_s"] = round(time.perf_counter() - started, 1)
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
+        return summary
+    finally:
+        close_loggers(trainer)
 
 
 def _preempted(trainer, recipe_path: str | Path, run_dir: Path, started: float) -> Preempted:

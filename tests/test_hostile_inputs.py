@@ -190,6 +190,7 @@ BAD_TYPED = {  # values of the wrong type, by the kind of a leaf
     "tuple": ["x", 5, {"a": 1}, [0.5], [0.5, 0.5, 0.5], ["x", 0.5]],
     "devices": ["two", 1.5, [1], {"a": 1}, None],
     "compile": ["fast", 2, 0.5, [True], {"a": 1}, None],
+    "loggers": ["csv", 5, {"a": 1}, [5], ["comet"], ["csv", "csv"], ["tensorboard"]],
 }
 
 
@@ -199,6 +200,8 @@ def _kind(leaf: Leaf) -> Any:
         return "literal"
     if get_origin(base) is tuple:
         return "tuple"
+    if get_origin(base) is list:  # trainer.loggers, the one list of names
+        return "loggers"
     if get_origin(base) in (Union, types.UnionType):  # the two unions
         return "compile" if leaf.path == "trainer.compile" else "devices"
     return base
@@ -266,6 +269,9 @@ def valid_values(leaf: Leaf) -> st.SearchStrategy[Any]:
     elif kind == "tuple":
         beta = st.floats(0, 1, exclude_max=True)
         values = st.lists(beta, min_size=2, max_size=2)
+    elif kind == "loggers":  # csv always, any others once each (all installed for the tests)
+        values = st.lists(st.sampled_from(["tensorboard", "wandb", "mlflow"]),
+                          unique=True).map(lambda others: ["csv", *others])
     else:
         values = SAFE_TEXT
     return st.one_of(st.none(), values) if leaf.optional else values

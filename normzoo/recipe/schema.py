@@ -144,6 +144,33 @@ class OptimConfig(_Section):
         return self
 
 
+LoggerName = Literal["csv", "tensorboard", "wandb", "mlflow"]
+# The modules a logger can run on (any one), and what to install for it.
+LOGGER_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+                   "wandb": (("wandb",), "normzoo[wandb]"),
+                   "mlflow": (("mlflow",), "normzoo[mlflow]")}
+
+
+def logger_problems(loggers: list[str]) -> list[Problem]:
+    """A logger named twice, CSV left out, or a logger whose package is not installed (looked
+    up without importing it)."""
+    import importlib.util
+
+    problems = []
+    if len(set(loggers)) != len(loggers):
+        problems.append(Problem("loggers", f"{loggers}: a logger is named twice"))
+    if "csv" not in loggers:
+        # logs/csv/metrics.csv is normzoo's own record: a resumed run's history, sweep results.
+        problems.append(Problem("loggers", f"{loggers}: keep 'csv', normzoo's own record of the "
+                                "run (resume history, sweep results); add others beside it"))
+    for name in dict.fromkeys(loggers):
+        modules, extra = LOGGER_PACKAGES.get(name, ((), ""))
+        if modules and all(importlib.util.find_spec(module) is None for module in modules):
+            problems.append(Problem("loggers", f"'{name}' needs the {modules[0]} package, "
+                                    f"which is not installed: pip install '{extra}'"))
+    return problems
+
+
 class TrainerConfig(_Section):
     """What ``lightning.Trainer`` gets: length, validation cadence, hardware, precision."""
 
@@ -164,6 +191,9 @@ class TrainerConfig(_Section):
         description="most recent step-N.ckpt kept (one per validation), for export --average",
     )
     progress_bar: bool = True
+    loggers: list[LoggerName] = Field(
+        default=["csv", "tensorboard"],
+        description="Lightning loggers: csv, tensorboard, wandb, mlflow (options in `run`)")
     slurm_requeue: bool = Field(
         default=True,
         description="on SLURM, the warning signal (SIGUSR1) also requeues the job, which then "
@@ -191,6 +221,13 @@ class TrainerConfig(_Section):
             raise ValueError(f"{value} devices: use a positive count, -1 (all) or 'auto'")
         return value
 
+    @model_validator(mode="after")
+    def _loggers_installed(self) -> TrainerConfig:
+        problems = logger_problems(self.loggers)
+        if problems:
+            raise rule_error(*problems)
+        return self
+
 
 class EvalConfig(_Section):
     """Decoding for validation BLEU and ``normzoo evaluate``."""
@@ -214,7 +251,18 @@ class DiagnosticsConfig(_Section):
 
 
 class RunConfig(_Section):
+    """Where the run lives, and what the experiment trackers call it."""
+
     dir: str | None = Field(default=None, description="run directory; default runs/<recipe>")
+    name: str | None = Field(default=None, description="run name in W&B and MLflow; default: "
+                             "the run directory's name")
+    project: str | None = Field(default=None, description="W&B project, MLflow experiment; "
+                                "default 'normzoo'")
+    tracking_uri: str | None = Field(default=None, description="MLflow tracking server or store; "
+                                     "default a file store in the run's logs/mlruns")
+    entity: str | None = Field(default=None, description="W&B entity (team or user)")
+    offline: bool = Field(default=False, description="W&B: log to the run directory only, "
+                          "to upload later with `wandb sync`")
 
 
 class Recipe(_Section):

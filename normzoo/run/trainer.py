@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,51 @@ def _flush_logs_callback():
     return FlushLogsOnCheckpoint()
 
 
+def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
+    """Lightning's own loggers, as ``trainer.loggers`` names them, configured from ``run``.
+
+    Files go under the run's ``logs/``: ``csv/metrics.csv``, ``tb/``, ``wandb/`` and, unless
+    ``run.tracking_uri`` names a server or store, an MLflow file store in ``mlruns/``. Each
+    logger also receives the resolved recipe as the run's hyperparameters.
+    """
+    from lightning.pytorch import loggers as pl_loggers
+
+    logs, run = run_dir / "logs", recipe.run
+    name, project = run.name or run_dir.name, run.project or "normzoo"
+    built: list[Any] = []
+    for kind in recipe.trainer.loggers:
+        if kind == "csv":
+            built.append(pl_loggers.CSVLogger(logs, name="csv", version=""))
+        elif kind == "tensorboard":
+            built.append(pl_loggers.TensorBoardLogger(logs, name="tb", version="",
+                                                      default_hp_metric=False))
+        elif kind == "wandb":
+            built.append(pl_loggers.WandbLogger(name=name, project=project, entity=run.entity,
+                                                save_dir=str(logs), offline=run.offline))
+        elif kind == "mlflow":
+            uri = run.tracking_uri or (logs / "mlruns").absolute().as_uri()
+            if uri.startswith("file:"):
+                # MLflow 3 refuses its file store unless asked: it is what a run without a
+                # tracking server keeps, beside its other logs.
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            built.append(pl_loggers.MLFlowLogger(experiment_name=project, run_name=name,
+                                                 tracking_uri=uri))
+    return built
+
+
+def close_loggers(trainer: Any) -> None:
+    """End the W&B run when the training run ends (Lightning leaves it open, for notebooks), so
+    that its records are written out whole, offline too, before the process exits."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
+
+
 def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     t = recipe.trainer
     strategy: Any = t.strategy
@@ -94,10 +136,6 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         from normzoo.run.console import StepProgressBar
 
         callbacks.append(StepProgressBar(leave=True))
-    loggers = [
-        CSVLogger(run_dir / "logs", name="csv", version=""),
-        TensorBoardLogger(run_dir / "logs", name="tb", version="", default_hp_metric=False),
-    ]
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     try:
@@ -117,7 +155,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
             num_nodes=t.num_nodes,
             strategy=strategy,
             callbacks=callbacks,
-            logger=loggers,
+            logger=False,  # attached once the run directory exists (train.py)
             use_distributed_sampler=False,  # token-budget batches are sharded by our sampler
             enable_progress_bar=t.progress_bar,
             enable_model_summary=False,  # normzoo's header line says the size
