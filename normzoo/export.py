@@ -1,14 +1,17 @@
 """``normzoo export``: a self-contained directory that needs neither the run nor Lightning.
 
-Layout::
+Layout (``--format normzoo``, the default)::
 
     model.safetensors   weights (tied embeddings stored once)
     config.json         the resolved recipe and the vocabulary size
     tokenizer.json      the tokenizer
     metadata.json       normzoo version, plugins (name, distribution, version), provenance
+    README.md           the model card (:mod:`normzoo.card`)
+
+``--format hf`` writes what ``transformers``' Auto classes load instead (:mod:`normzoo.hf`).
 
 ``--average N`` averages the parameters of the N most recent checkpoints of the run first, as
-fairseq's ``average_checkpoints.py`` does.
+fairseq's ``average_checkpoints.py`` does. Either format is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -100,7 +104,7 @@ def _umask() -> int:
 
 
 def _write_files(loaded, sources: list[Path], staging: Path) -> None:
-    """The export's files, each flushed to disk, with the permissions the umask gives."""
+    """The normzoo export's files."""
     from safetensors.torch import save_model
 
     save_model(loaded.model, str(staging / "model.safetensors"))
@@ -115,15 +119,20 @@ def _write_files(loaded, sources: list[Path], staging: Path) -> None:
         "task": loaded.recipe.task,
     }
     (staging / "metadata.json").write_text(json.dumps(metadata, indent=2), encoding="utf-8")
+
+
+def _flush(staging: Path) -> None:
+    """Every file flushed to disk, with the permissions the umask gives (safetensors writes
+    0600 and mkdtemp makes 0700, whatever the umask)."""
     mask = _umask()
-    for name in EXPORT_FILES:  # safetensors writes 0600 whatever the umask
-        fd = os.open(staging / name, os.O_RDONLY)
+    for path in staging.iterdir():
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.chmod(staging / name, 0o666 & ~mask)
-    os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes 0700
+        os.chmod(path, 0o666 & ~mask)
+    os.chmod(staging, 0o777 & ~mask)
 
 
 def _write_failure(out: Path, error: BaseException) -> RuntimeFailure:
@@ -131,14 +140,25 @@ def _write_failure(out: Path, error: BaseException) -> RuntimeFailure:
                           "left behind")
 
 
-def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
+FORMATS = ("normzoo", "hf")
+
+
+def export(checkpoint: str | Path, out: str | Path, average: int = 1,
+           fmt: str = "normzoo") -> Any:
     """Write an export of ``checkpoint`` to ``out``: complete, or not there at all.
 
-    The files are written into a hidden folder beside ``out``, flushed, and the folder renamed
-    to ``out``; an unwritable or full disk removes it and raises :class:`RuntimeFailure`.
+    ``fmt`` is ``normzoo`` (returns ``out``) or ``hf`` (returns :class:`normzoo.hf.HFExport`,
+    which says what was exported and how far its logits are from normzoo's). The files are
+    written into a hidden folder beside ``out``, flushed, and the folder renamed to ``out``; an
+    unwritable or full disk removes it and raises :class:`RuntimeFailure`.
     """
     from safetensors import SafetensorError
 
+    from normzoo.card import model_card
+
+    if fmt not in FORMATS:
+        raise CheckpointError(f"unknown export format {fmt!r}; choose one of "
+                              + ", ".join(FORMATS))
     checkpoint, out = Path(checkpoint), Path(out)
     _refuse_unusable(checkpoint, out)
     loaded = load_checkpoint(checkpoint)
@@ -153,7 +173,16 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
     except OSError as error:
         raise _write_failure(out, error) from None
     try:
-        _write_files(loaded, sources, staging)
+        result: Any = out
+        if fmt == "hf":
+            from normzoo import hf
+
+            result = hf.write(loaded, staging)
+        else:
+            _write_files(loaded, sources, staging)
+        card = model_card(loaded, sources, result if fmt == "hf" else None)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        _flush(staging)
         if out.exists():
             out.rmdir()
         staging.rename(out)
@@ -164,4 +193,4 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     fsync_directory(out.parent)
-    return out
+    return result

@@ -472,7 +472,8 @@ def check(ex: Example, outcome: Outcome) -> None:
             problem = _whole(path)
             assert problem is None, f"{ex.args} (exit {outcome.code}): {path} {problem}"
         if path.is_dir() and (path / "model.safetensors").exists():
-            assert sorted(p.name for p in path.iterdir()) == sorted(EXPORT_FILES), path
+            expected = sorted([*EXPORT_FILES, "README.md"])  # README.md: the model card
+            assert sorted(p.name for p in path.iterdir()) == expected, path
             load_export(path)
     if ex.hypotheses is not None:
         hyps, lines = ex.hypotheses

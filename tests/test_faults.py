@@ -117,8 +117,10 @@ def test_an_export_follows_the_umask(tiny_checkpoint: Path, tmp_path: Path, umas
         os.umask(old)
     out = tmp_path / "export"
     assert oct(out.stat().st_mode & 0o777) == oct(directory)
-    assert {name: oct((out / name).stat().st_mode & 0o777) for name in EXPORT_FILES} == {
-        name: oct(file) for name in EXPORT_FILES}
+    files = sorted(path.name for path in out.iterdir())
+    assert files == sorted([*EXPORT_FILES, "README.md"])  # README.md: the model card
+    assert {name: oct((out / name).stat().st_mode & 0o777) for name in files} == {
+        name: oct(file) for name in files}
 
 
 def test_exporting_an_export_directory_says_so(tiny_checkpoint: Path, tmp_path: Path):

@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny import tiny
+from tiny import tiny, toy_text
 from typer.testing import CliRunner
 
 import normzoo
 from normzoo import train
 from normzoo.cli import app
-from normzoo.data import builtin
 from normzoo.export import export
 from normzoo.recipe import from_dict
 
@@ -23,10 +22,7 @@ PROMPTS = ["the dog", "a small cat saw", "the"]
 @pytest.fixture(scope="module")
 def lm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``last.ckpt`` of a few steps of a tiny causal LM on the toy corpus's source side."""
-    root = tmp_path_factory.mktemp("lm")
-    for split, size in (("train", 300), ("valid", 20), ("test", 20)):
-        lines = [source for source, _ in builtin.generate(split, size=size)]
-        (root / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    root = toy_text(tmp_path_factory.mktemp("lm"))
     recipe = from_dict(tiny(task="causal_lm", model={"family": "decoder", "encoder_layers": 0},
                             run={"dir": str(root / "run")},
                             data={"source": "files", "dir": str(root), "train_limit": 300,

@@ -3,6 +3,7 @@ each side, ``d_model`` 32, a few built-in sentences, one step."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 TINY: dict[str, Any] = {
@@ -22,3 +23,14 @@ def tiny(**changes: Any) -> dict[str, Any]:
     """:data:`TINY` with ``changes``: a section given as a mapping updates that section."""
     return {**TINY, **{key: {**TINY[key], **value} if isinstance(value, dict) and key in TINY
                        else value for key, value in changes.items()}}
+
+
+def toy_text(folder: Path, sizes: tuple[int, int, int] = (300, 20, 20)) -> Path:
+    """The built-in corpus's source side as ``train/valid/test.txt`` in ``folder``: text for
+    language-model runs (``data.source=files``)."""
+    from normzoo.data import builtin
+
+    for split, size in zip(("train", "valid", "test"), sizes, strict=True):
+        lines = [source for source, _ in builtin.generate(split, size=size)]
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder

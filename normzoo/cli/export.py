@@ -1,7 +1,7 @@
 """``normzoo export``: turning a training checkpoint into a self-contained directory that loads
-without Lightning.
+without Lightning: normzoo's own format, or one that ``transformers`` loads (``--format hf``).
 
-The export code (torch, safetensors) loads inside the command, never at import.
+The export code (torch, safetensors, transformers) loads inside the command, never at import.
 """
 
 from __future__ import annotations
@@ -18,8 +18,20 @@ def export(
     checkpoint: Path = typer.Argument(..., help="A .ckpt file written by normzoo train."),
     out: Path = typer.Option(..., "--out", help="Directory to create."),
     average: int = typer.Option(1, min=1, help="Average the N most recent checkpoints first."),
+    fmt: str = typer.Option(
+        "normzoo", "--format",
+        help="normzoo: safetensors, recipe and tokenizer for normzoo.load; hf: a directory "
+             "that transformers' Auto classes load (Post-/Pre-LN and what folds into them)."),
 ) -> None:
-    """Export a checkpoint to a self-contained directory (safetensors, config, tokenizer)."""
+    """Export a checkpoint to a self-contained directory with a model card (README.md)."""
     from normzoo.export import export as run_export
 
-    typer.echo(f"exported to {run_export(checkpoint, out, average)}")
+    result = run_export(checkpoint, out, average, fmt)
+    if fmt == "hf":
+        folded = f"; folded: {result.folded}" if result.folded else ""
+        typer.echo(f"exported to {out} as {result.architecture} (plain "
+                   f"{result.placement.capitalize()}-LN{folded}); load it with "
+                   f"transformers.{result.auto_class}; max |logit difference| from normzoo "
+                   f"{result.max_abs_logit_diff:.2g}")
+    else:
+        typer.echo(f"exported to {result}")

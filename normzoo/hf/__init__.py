@@ -1,0 +1,161 @@
+"""``normzoo export --format hf``: a directory that ``transformers`` loads with its Auto classes.
+
+The model is read as a plain Post-LN or Pre-LN model (:mod:`normzoo.hf.plain`, folding what
+folds), renamed onto the ``transformers`` architecture with the same layers
+(:mod:`normzoo.hf.architectures`), and written with ``save_pretrained`` beside a fast tokenizer,
+a generation config and a model card. Before the directory is published the export loads it back
+through the Auto class, as a user would, and compares its logits with normzoo's on a probe batch:
+a difference above :data:`TOLERANCE` is refused rather than shipped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normzoo.data.tokenizer import BOS, EOS, PAD, SPECIALS
+from normzoo.hf.architectures import Target, target_for
+from normzoo.hf.plain import NotMappable, PlainModel, plain_model
+
+# Largest |logit difference| an export may have; fp32 rounding gives ~1e-5 on trained models.
+TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class HFExport:
+    """What was exported: the architecture, what was folded, and the measured difference."""
+
+    architecture: str
+    auto_class: str
+    placement: str
+    folded: str
+    max_abs_logit_diff: float
+
+
+def _tokenizer(loaded: Any, family: str, max_positions: int) -> Any:
+    """normzoo's tokenizer as a ``transformers`` fast tokenizer that adds the special tokens
+    normzoo's data adds: source + </s> (translation), <s> + text (causal LM), <s> text </s>
+    (masked LM)."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    pad, bos, eos, unk, mask = SPECIALS
+    template = {"encoder_decoder": f"$A {eos}", "decoder": f"{bos} $A",
+                "encoder": f"{bos} $A {eos}"}[family]
+    backend = Tokenizer.from_str(loaded.tokenizer.backend.to_str())
+    backend.post_processor = TemplateProcessing(
+        single=template, special_tokens=[(bos, BOS), (eos, EOS)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=pad, bos_token=bos, eos_token=eos, unk_token=unk,
+        mask_token=mask, model_max_length=max_positions, padding_side="right")
+
+
+def _generation_config(loaded: Any, family: str) -> Any:
+    """normzoo's decoding settings: never PAD or BOS (so greedy search is token for token
+    normzoo's), the recipe's beam and length penalty (normzoo's beam search is fairseq's,
+    which ``transformers``' is not, so beams may differ)."""
+    from transformers import GenerationConfig
+
+    positions = loaded.recipe.model.max_positions
+    settings: dict[str, Any] = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD,
+                                "suppress_tokens": [PAD, BOS]}
+    if family == "decoder":  # prompt and continuation share the position table
+        settings["max_length"] = positions
+    if family == "encoder_decoder":  # the target after BOS has max_positions - 1 at most
+        evaluation = loaded.recipe.eval
+        settings |= {"decoder_start_token_id": BOS, "num_beams": evaluation.beam,
+                     "max_new_tokens": positions - 1}
+        if evaluation.beam > 1:  # transformers refuses a length penalty without beams
+            settings["length_penalty"] = evaluation.lenpen
+    return GenerationConfig(**settings)
+
+
+def probe_batch(vocab_size: int, family: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random real-token ids (one padded row) shaped as each family's inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    low = len(SPECIALS)
+
+    def ids(rows: int, length: int, start: int | None, end: int | None) -> torch.Tensor:
+        body = torch.randint(low, max(vocab_size, low + 1), (rows, length), generator=generator)
+        parts = ([torch.full((rows, 1), start)] if start is not None else []) + [body] + (
+            [torch.full((rows, 1), end)] if end is not None else [])
+        return torch.cat(parts, dim=1)
+
+    if family == "encoder_decoder":
+        src = ids(3, 11, None, EOS)
+        src[2, 7:] = PAD
+        return {"src": src, "tgt": ids(3, 9, BOS, None)}
+    tokens = ids(3, 10, BOS, EOS if family == "encoder" else None)
+    tokens[2, 6:] = PAD
+    return {"tokens": tokens}
+
+
+@torch.no_grad()
+def logits_difference(model: torch.nn.Module, hf_model: Any, family: str) -> float:
+    """Max |normzoo logits - transformers logits| over the real positions of a probe batch."""
+    batch = probe_batch(model.config.vocab_size, family)
+    model.eval()
+    hf_model.eval()
+    if family == "encoder_decoder":
+        ours = model(batch["src"], batch["tgt"])
+        theirs = hf_model(input_ids=batch["src"], attention_mask=batch["src"].ne(PAD).long(),
+                          decoder_input_ids=batch["tgt"]).logits
+        keep = torch.ones(batch["tgt"].shape, dtype=torch.bool)
+    else:
+        tokens = batch["tokens"]
+        ours = model(tokens)
+        theirs = hf_model(input_ids=tokens, attention_mask=tokens.ne(PAD).long()).logits
+        keep = tokens.ne(PAD)
+    return float((ours - theirs.to(ours.dtype)).abs()[keep].max())
+
+
+def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
+    """The ``transformers`` model equal to ``loaded.model``, in memory."""
+    import transformers
+
+    plain = plain_model(loaded.model, loaded.recipe.model.residual.name)
+    target = target_for(plain)
+    config, weights = target.build(plain, loaded.model.config)
+    hf_model = getattr(transformers, target.architecture)(config)
+    expected = set(hf_model.state_dict())
+    if expected != set(weights):  # a mapping bug, or a transformers release that renamed
+        raise NotMappable(f"the installed transformers {transformers.__version__} names "
+                          f"{target.architecture}'s weights differently from what normzoo "
+                          f"writes (missing {sorted(expected - set(weights))[:3]}, unexpected "
+                          f"{sorted(set(weights) - expected)[:3]})")
+    hf_model.load_state_dict({k: v.contiguous() for k, v in weights.items()}, strict=True)
+    # Marian leaves its position table out of save_pretrained (it recomputes its own
+    # sinusoids); normzoo's table differs from those, so it must be saved.
+    hf_model._keys_to_ignore_on_save = None
+    return hf_model.eval(), plain, target
+
+
+def write(loaded: Any, staging: Path) -> HFExport:
+    """Write the ``transformers`` directory into ``staging`` and check it loads back equal."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # normzoo's output is one line
+    hf_model, plain, target = build(loaded)
+    family = plain.family
+    hf_model.generation_config = _generation_config(loaded, family)
+    hf_model.save_pretrained(staging)
+    _tokenizer(loaded, family, loaded.recipe.model.max_positions).save_pretrained(staging)
+    reloaded = getattr(transformers, target.auto_class).from_pretrained(staging)
+    difference = logits_difference(loaded.model, reloaded, family)
+    if not difference <= TOLERANCE:
+        raise NotMappable(f"the {target.architecture} export differs from the normzoo model by "
+                          f"{difference:.3g} in the logits (tolerance {TOLERANCE:g}); not "
+                          "exported")
+    result = HFExport(target.architecture, target.auto_class, plain.placement, plain.folded,
+                      difference)
+    provenance = {"architecture": result.architecture, "auto_class": result.auto_class,
+                  "placement": result.placement, "scheme": plain.scheme,
+                  "folded": result.folded, "max_abs_logit_diff": difference,
+                  "transformers_version": transformers.__version__}
+    (staging / "normzoo.json").write_text(json.dumps(provenance, indent=2), encoding="utf-8")
+    return result

@@ -1,0 +1,258 @@
+"""A trained model read as a *plain* Post-LN or Pre-LN Transformer, with what folds folded in.
+
+``transformers`` has architectures for the two classic placements only, so a scheme exports when
+its model *is* one of them once its extra constants are moved into the weights:
+
+* **DeepNorm** ``LN(αx + f(x))``: LN is scale-invariant, so this is ``LN(x + f(x)/α)`` with
+  LN's ε divided by α² (the two are equal to the last bit of arithmetic only when ε matches).
+  Dividing the last matrix and bias of each branch by α gives a Post-LN model.
+* **LayerScale** ``x + diag(l) f(LN(x))``: ``diag(l)`` multiplies the rows of each branch's last
+  matrix and its bias, giving a Pre-LN model.
+
+Everything else a scheme adds (Admin's per-channel ω, ResiDual's second stream, norms inside or
+after the branch, no norms at all) has no counterpart there and is refused with the reason.
+
+The result, :class:`PlainModel`, holds the weights under architecture-neutral names
+(``encoder.3.self.q.weight``); :mod:`normzoo.hf.architectures` renames them for each target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+
+from normzoo.errors import NormzooError
+from normzoo.models.families import DecoderModel, EncoderModel, Seq2SeqModel, TransformerModel
+from normzoo.nn.norms import LayerNorm
+from normzoo.residual.base import StreamEnds
+from normzoo.residual.deepnorm import DeepNormResidual
+from normzoo.residual.layerscale import LayerScaleResidual
+from normzoo.residual.post import PostLNResidual
+from normzoo.residual.pre import PreLNResidual
+
+
+class NotMappable(NormzooError):
+    """The model has no counterpart among ``transformers``' architectures (exit 2)."""
+
+
+# Why each built-in scheme that does not fold cannot be exported.
+UNMAPPABLE = {
+    "admin": "Admin scales the stream per channel before its LN, LN(ω ⊙ x + f(x)); with a "
+             "different ω per channel that is not LN of any rescaled Post-LN sum",
+    "resi_dual": "ResiDual carries a second, un-normalised stream that is added back at the "
+                 "end; no transformers architecture has two streams",
+    "rezero": "ReZero has no norms (x + α f(x)); every transformers architecture of these "
+              "families normalises its stream",
+    "sandwich": "Sandwich-LN normalises each branch's output as well, x + LN(f(LN(x))); no "
+                "transformers architecture has that second norm",
+    "peri": "Peri-LN normalises each branch's output and the embeddings; no transformers "
+            "architecture has those norms",
+    "subln": "Sub-LN puts a norm inside each branch (before W_o and the second feed-forward "
+             "matrix); no transformers architecture of these families has it",
+    "mixln": "Mix-LN mixes Post-LN and Pre-LN layers in one stack; every transformers "
+             "architecture uses one placement throughout",
+}
+
+Placement = Literal["post", "pre"]
+Linear = dict[str, torch.Tensor]  # a weight and its bias (zeros where the model has none)
+
+
+@dataclass
+class PlainModel:
+    """A Post-LN or Pre-LN model's weights under neutral names, and how it was folded."""
+
+    family: str
+    placement: Placement
+    scheme: str
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    eps: float = 1e-5  # the LN ε the exported model should use on its stream
+    folded: str = ""  # what was moved into the weights, for the model card
+    embedding_norm: bool = False
+
+    def depth(self, stack: str) -> int:
+        return len({k.split(".")[1] for k in self.weights
+                    if k.startswith(f"{stack}.") and k.split(".")[1].isdigit()})
+
+
+def _norm(norm: nn.Module, where: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    if not isinstance(norm, LayerNorm) or norm.weight is None:
+        kind = "LayerNorm without a learned scale" if isinstance(norm, LayerNorm) else (
+            type(norm).__name__)
+        raise NotMappable(f"the {where} is {kind}; the transformers architectures normzoo maps "
+                          "to use LayerNorm with a learned scale and bias (model.norm: layernorm)")
+    return norm.weight.detach(), norm.bias.detach(), norm.eps
+
+
+def _branch_scale(residual: nn.Module) -> tuple[Placement, torch.Tensor | float]:
+    """The placement a residual module reduces to and the factor its branch output takes.
+
+    Exact types: a plugin's subclass may compute something else in its ``forward``."""
+    kind = type(residual)
+    if kind is DeepNormResidual:
+        return "post", 1.0 / residual.alpha
+    if kind is PostLNResidual:
+        return "post", 1.0
+    if kind is LayerScaleResidual:
+        return "pre", residual.scale.detach()
+    if kind is PreLNResidual:
+        return "pre", 1.0
+    raise NotMappable(f"no transformers architecture computes {kind.__name__}: only Post-LN, "
+                      "Pre-LN and the schemes that fold into them (DeepNorm, LayerScale) export")
+
+
+def _linear(layer: nn.Linear, rows: slice = slice(None)) -> Linear:
+    weight = layer.weight.detach()[rows]
+    bias = (layer.bias.detach()[rows] if layer.bias is not None
+            else torch.zeros(weight.shape[0], dtype=weight.dtype))
+    return {"weight": weight, "bias": bias}
+
+
+def _attention(attn: nn.Module) -> dict[str, Linear]:
+    d = attn.dim
+    if attn.cross:
+        parts = {"q": _linear(attn.q_proj), "k": _linear(attn.kv_proj, slice(0, d)),
+                 "v": _linear(attn.kv_proj, slice(d, 2 * d))}
+    elif attn.fused:
+        parts = {role: _linear(attn.qkv_proj, slice(i * d, (i + 1) * d))
+                 for i, role in enumerate("qkv")}
+    else:
+        parts = {"q": _linear(attn.q_proj), "k": _linear(attn.k_proj), "v": _linear(attn.v_proj)}
+    return {**parts, "o": _linear(attn.out_proj)}
+
+
+def _scaled(linear: Linear, scale: torch.Tensor | float) -> Linear:
+    """``diag(scale) W`` and ``scale ⊙ b``: the branch's output multiplied by ``scale``."""
+    if isinstance(scale, float) and scale == 1.0:
+        return linear
+    column = scale[:, None] if torch.is_tensor(scale) else scale
+    return {"weight": linear["weight"] * column, "bias": linear["bias"] * scale}
+
+
+class _Reader:
+    """Walks one model's stacks, folding each residual as it goes."""
+
+    def __init__(self) -> None:
+        self.weights: dict[str, torch.Tensor] = {}
+        self.placements: set[Placement] = set()
+        self.eps: set[float] = set()
+        self.alphas: dict[str, float] = {}
+
+    def put(self, prefix: str, tensors: dict[str, torch.Tensor]) -> None:
+        for name, tensor in tensors.items():
+            self.weights[f"{prefix}.{name}"] = tensor.detach().float().clone()
+
+    def norm(self, prefix: str, norm: nn.Module, where: str, stream: bool = True) -> None:
+        weight, bias, eps = _norm(norm, where)
+        self.put(prefix, {"weight": weight, "bias": bias})
+        if stream:
+            self.eps.add(eps)
+
+    def sublayer(self, prefix: str, residual: nn.Module, parts: dict[str, Linear], last: str,
+                 where: str) -> None:
+        placement, scale = _branch_scale(residual)
+        self.placements.add(placement)
+        if isinstance(residual, DeepNormResidual):
+            self.alphas[prefix.split(".")[0]] = residual.alpha
+        for role, linear in parts.items():
+            self.put(f"{prefix}.{role}", _scaled(linear, scale) if role == last else linear)
+        self.norm(f"{prefix}_norm", residual.norm, where)
+
+    def stack(self, name: str, stack: nn.Module) -> None:
+        if not isinstance(stack.embedding_norm, nn.Identity):
+            self.norm(f"{name}.embedding_norm", stack.embedding_norm, f"{name} embedding norm")
+        for i, layer in enumerate(stack.layers):
+            where = f"norm of {name} layer {i}"
+            self.sublayer(f"{name}.{i}.self", layer.self_attn_residual,
+                          _attention(layer.self_attn), "o", where)
+            if getattr(layer, "cross_attn", None) is not None:
+                self.sublayer(f"{name}.{i}.cross", layer.cross_attn_residual,
+                              _attention(layer.cross_attn), "o", where)
+            ffn = {"in": _linear(layer.ffn.ffn_in), "out": _linear(layer.ffn.ffn_out)}
+            self.sublayer(f"{name}.{i}.ffn", layer.ffn_residual, ffn, "out", where)
+        if type(stack.ends) is not StreamEnds:
+            raise NotMappable(f"the {name}'s stream ends in {type(stack.ends).__name__}, not a "
+                              "single stream with an optional final norm")
+        final = stack.ends.final_norm
+        if final is not None:
+            self.norm(f"{name}.final_norm", final, f"{name} final norm")
+
+
+def _check_layers(model: TransformerModel) -> None:
+    config = model.config
+    if config.activation not in ("relu", "gelu", "silu"):
+        raise NotMappable(f"model.activation={config.activation} is a gated feed-forward; the "
+                          "transformers architectures normzoo maps to have an ungated one")
+    for module in model.modules():
+        inner = getattr(module, "inner_norm", None)
+        if inner is not None and not isinstance(inner, nn.Identity):
+            raise NotMappable("the model has norms inside its branches (Sub-LN); no "
+                              "transformers architecture of these families has them")
+
+
+def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
+    """``model`` as a plain Post-LN or Pre-LN model, or :class:`NotMappable` saying why not."""
+    if scheme in UNMAPPABLE:
+        raise NotMappable(UNMAPPABLE[scheme])
+    _check_layers(model)
+    reader = _Reader()
+    if isinstance(model, Seq2SeqModel):
+        family = "encoder_decoder"
+        if model.decoder_embeddings.tokens is not model.encoder_embeddings.tokens:
+            raise NotMappable("model.share_embeddings is false; the transformers "
+                              "encoder-decoders normzoo maps to share one embedding")
+        embeddings = model.encoder_embeddings
+        reader.stack("encoder", model.encoder)
+        reader.stack("decoder", model.decoder)
+        # Learned positions are a table per stack; sinusoids are the same table twice.
+        reader.put("decoder", {"positions": model.decoder_embeddings.position_table()})
+    elif isinstance(model, DecoderModel):
+        family, embeddings = "decoder", model.embeddings
+        reader.stack("decoder", model.decoder)
+    elif isinstance(model, EncoderModel):
+        family, embeddings = "encoder", model.embeddings
+        reader.stack("encoder", model.encoder)
+        reader.put("head.dense", _linear(model.head_dense))
+        reader.norm("head.norm", model.head_norm, "masked-LM head norm", stream=False)
+        reader.put("output", {"bias": model.output_bias})
+    else:
+        raise NotMappable(f"{type(model).__name__} is not a normzoo model family")
+    reader.put("embed", {"tokens": embeddings.tokens.weight})
+    reader.put(family.split("_")[0], {"positions": embeddings.position_table()})
+    reader.weights["embed.scale"] = torch.tensor(embeddings.scale)
+    output = model.output
+    reader.put("output", {"weight": output.tied.weight if output.tied is not None
+                          else output.weight})
+    if len(reader.placements) != 1:
+        raise NotMappable("the model mixes Post-LN and Pre-LN residuals")
+    return PlainModel(
+        family=family,
+        placement=reader.placements.pop(),
+        scheme=scheme,
+        weights=reader.weights,
+        eps=_stream_eps(reader),
+        folded=_folded(scheme, reader.alphas),
+        embedding_norm=any(k.endswith("embedding_norm.weight") for k in reader.weights),
+    )
+
+
+def _stream_eps(reader: _Reader) -> float:
+    """The ε that makes the plain model equal the scheme's: DeepNorm's LN(αy) with ε is
+    LN(y) with ε/α², exact only where one stack (one α) is exported."""
+    eps = max(reader.eps) if reader.eps else 1e-5
+    if len(reader.alphas) == 1:
+        (alpha,) = reader.alphas.values()
+        return eps / alpha**2
+    return eps
+
+
+def _folded(scheme: str, alphas: dict[str, float]) -> str:
+    if scheme == "deepnorm":
+        each = ", ".join(f"{stack} α = {alpha:.4g}" for stack, alpha in alphas.items())
+        return (f"DeepNorm's LN(αx + f(x)) = LN(x + f(x)/α): each branch's output matrix and "
+                f"bias divided by α ({each})")
+    if scheme == "layerscale":
+        return "LayerScale's diag(l) multiplied into each branch's output matrix and bias"
+    return ""
