@@ -6,6 +6,7 @@ the reason; every export carries a model card."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,13 @@ def test_model_cards(tiny_checkpoint: Path, workspace: Path, tmp_path: Path):
                      f"**{provenance['max_abs_logit_diff']:.2g}**",
                      "AutoModelForSeq2SeqLM.from_pretrained"]:
         assert expected in card, expected
+
+
+def test_without_transformers_the_export_says_which_extra(tiny_checkpoint: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # its import fails
+    result = runner.invoke(app, ["export", str(tiny_checkpoint), "--format", "hf",
+                                 "--out", str(tmp_path / "hf")])
+    assert result.exit_code == 2, result.output
+    assert "pip install 'normzoo[hf]'" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD, SPECIALS
+from normzoo.errors import NormzooError
 from normzoo.hf.architectures import Target, target_for
 from normzoo.hf.plain import NotMappable, PlainModel, plain_model
 
@@ -116,7 +117,7 @@ def logits_difference(model: torch.nn.Module, hf_model: Any, family: str) -> flo
 
 def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
     """The ``transformers`` model equal to ``loaded.model``, in memory."""
-    import transformers
+    transformers = _transformers()
 
     plain = plain_model(loaded.model, loaded.recipe.model.residual.name)
     target = target_for(plain)
@@ -135,10 +136,18 @@ def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
     return hf_model.eval(), plain, target
 
 
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise NormzooError("--format hf needs the transformers package: pip install "
+                           "'normzoo[hf]'") from None
+    return transformers
+
+
 def write(loaded: Any, staging: Path) -> HFExport:
     """Write the ``transformers`` directory into ``staging`` and check it loads back equal."""
-    import transformers
-
+    transformers = _transformers()
     transformers.utils.logging.disable_progress_bar()  # normzoo's output is one line
     hf_model, plain, target = build(loaded)
     family = plain.family
