@@ -4,9 +4,9 @@ every step, on the quick-start recipe (built-in corpus, no network).
     python benchmarks/diagnostics_overhead.py [--steps 300]
 
 Writes benchmarks/results/diagnostics_overhead.md. Each setting trains the same steps from the
-same seed; throughput is the harmonic mean of the per-step rates (train/tok_s, logged every
-step), i.e. tokens over time with the occasional measured step's cost spread over all of them;
-start-up and validation are left out.
+same seed; throughput is the harmonic mean of the per-step rates (train/device/items_per_sec,
+Lightning's ThroughputMonitor, logged every step), i.e. tokens over time with the occasional
+measured step's cost spread over all of them; start-up and validation are left out.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ SETTINGS = {"off (guard only)": ["diagnostics.every_steps=0"],
 
 def tokens_per_second(run_dir: Path) -> float:
     with open(run_dir / "logs" / "csv" / "metrics.csv", newline="") as f:
-        rates = [float(r["train/tok_s"]) for r in csv.DictReader(f) if r.get("train/tok_s")]
+        rates = [float(r["train/device/items_per_sec"]) for r in csv.DictReader(f)
+                 if r.get("train/device/items_per_sec")]
     return statistics.harmonic_mean(rates[5:])  # skip warm-up steps
 
 

@@ -36,16 +36,25 @@ def lr_factor(config: OptimConfig, max_steps: int) -> Callable[[int], float]:
     return factor
 
 
+# The two parameter groups' names. Lightning's LearningRateMonitor logs each group's rate as
+# ``<scheduler name>/<group name>``; the tasks name their scheduler ``train``, so the rates are
+# logged as ``train/lr`` (weights) and ``train/lr_no_decay`` (biases, norms, scalars): the
+# same rate, as one schedule scales both groups.
+GROUP_NAMES = ("lr", "lr_no_decay")
+
+
 def build_optimizer(model: torch.nn.Module, config: OptimConfig, max_steps: int):
-    """AdamW without weight decay on biases, norms and scalars; the schedule steps per update."""
+    """AdamW without weight decay on biases, norms and scalars; the schedule steps per update.
+
+    The groups are named :data:`GROUP_NAMES`, in that order."""
     decay, no_decay = [], []
     for _, param in model.named_parameters():
         if not param.requires_grad:
             continue
         (decay if param.dim() >= 2 else no_decay).append(param)
     groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": config.weight_decay, "name": GROUP_NAMES[0]},
+        {"params": no_decay, "weight_decay": 0.0, "name": GROUP_NAMES[1]},
     ]
     # The multi-tensor implementation (torch uses it by default only on CUDA): one pass over all
     # parameters instead of a Python loop per tensor. Not the fused kernel, which unscales

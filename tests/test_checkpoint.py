@@ -97,8 +97,8 @@ def test_evaluate_on_a_split_of_the_recipe(ckpt, tmp_path):
 
 def test_export_round_trip_logits_and_bleu(ckpt, tmp_path, test_files):
     out = export(ckpt, tmp_path / "export")
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "metadata.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in out.iterdir()) == [  # README.md: the model card
+        "README.md", "config.json", "metadata.json", "model.safetensors", "tokenizer.json"]
     from_ckpt, from_export = load_checkpoint(ckpt), load_export(out)
     # Tied embeddings are stored once and still tied after loading.
     model = from_export.model

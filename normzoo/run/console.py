@@ -44,8 +44,9 @@ def header(parameters: int, tokens_per_step: int, steps: int, run_dir: Any) -> s
             f"{steps:,} steps · {run_dir}")
 
 
-# The progress bar's columns: the logged metric, the name shown, and how it is formatted.
-_SHOWN = (("train/loss", "loss", "{:.3f}"), ("train/tok_s", "tok/s", "{:,.0f}"),
+# The progress bar's columns: the logged metric, the name shown, and how it is formatted. Tokens
+# per second are this process's, from Lightning's ThroughputMonitor.
+_SHOWN = (("train/loss", "loss", "{:.3f}"), ("train/device/items_per_sec", "tok/s", "{:,.0f}"),
           ("val/loss", "val_loss", "{:.3f}"), ("val/bleu", "val_bleu", "{:.2f}"),
           ("val/ppl", "val_ppl", "{:.2f}"), ("val/mlm_acc", "val_acc", "{:.3f}"))
 
@@ -69,7 +70,9 @@ class StepProgressBar(TQDMProgressBar):
             bar.refresh()
 
     def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
-        logged = super().get_metrics(trainer, pl_module)
+        # Callbacks' metrics (the ThroughputMonitor's) reach the loggers, not the progress bar:
+        # they are shown as last logged, every trainer.log_every_steps steps.
+        logged = {**trainer.logged_metrics, **super().get_metrics(trainer, pl_module)}
         shown = {}
         for key, name, form in _SHOWN:
             value = logged.get(key)

@@ -49,6 +49,47 @@ def _flush_logs_callback():
     return FlushLogsOnCheckpoint()
 
 
+def _learning_rate_callback():
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    class StepLearningRate(LearningRateMonitor):
+        """Lightning's LearningRateMonitor, logging each rate once per optimizer step.
+
+        Lightning's logs before every batch of a logged step, so with ``trainer.accumulate``
+        it would write the same rates once per accumulated batch; here only before the step's
+        last batch, whose update uses them (the schedule steps after the update).
+        """
+
+        def on_train_batch_start(self, trainer, *args: Any, **kwargs: Any) -> None:
+            if not trainer.fit_loop._should_accumulate():
+                super().on_train_batch_start(trainer, *args, **kwargs)
+
+    return StepLearningRate(logging_interval="step")
+
+
+def _throughput_callback():
+    from lightning.pytorch.callbacks import ThroughputMonitor
+    from lightning.pytorch.trainer.states import RunningStage
+
+    from normzoo.tasks.base import sentences, tokens
+
+    class TrainingThroughput(ThroughputMonitor):
+        """Lightning's ThroughputMonitor, logging the training throughput only.
+
+        It still times validation, to leave it out of the training time, but does not log it:
+        Lightning would log validation throughput with the count of validation batches as the
+        step, rows out of step with the training steps in ``metrics.csv`` and the other logs.
+        """
+
+        def _compute(self, trainer, iter_num: int | None = None) -> None:
+            if trainer.state.stage == RunningStage.TRAINING:
+                super()._compute(trainer, iter_num)
+
+    # A window of two updates: each logged rate is the last batch's tokens (examples, FLOPs)
+    # over the time since the batch before it ended, its data loading included.
+    return TrainingThroughput(batch_size_fn=sentences, length_fn=tokens, window_size=2)
+
+
 def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
     """Lightning's own loggers, as ``trainer.loggers`` names them, configured from ``run``.
 
@@ -122,7 +163,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     )
     rolling = rolling_checkpoints(checkpoints, t.keep_checkpoints)
     callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
-                            _flush_logs_callback()]
+                            _flush_logs_callback(), _learning_rate_callback(),
+                            _throughput_callback()]
     diagnostics = recipe.diagnostics
     if diagnostics.guard or diagnostics.max_loss is not None:
         from normzoo.diagnostics.callbacks import DivergenceGuard

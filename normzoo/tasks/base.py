@@ -1,5 +1,6 @@
-"""What every task shares: building the model from the recipe, the optimizer, throughput logging
-and what a checkpoint carries so it can be used without the run directory.
+"""What every task shares: building the model from the recipe, the optimizer, the FLOPs a
+training batch costs (for Lightning's ``ThroughputMonitor``) and what a checkpoint carries so it
+can be used without the run directory.
 
 A task says two things about a batch: its model's :meth:`~NormzooTask.logits`, and its
 :meth:`~NormzooTask.loss_terms` (summed token loss and token count, :mod:`normzoo.tasks.terms`).
@@ -12,7 +13,6 @@ A checkpoint holds only plain data (dicts, strings, tensors) so that it loads wi
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import lightning as L
@@ -20,10 +20,21 @@ import torch
 
 from normzoo import __version__, rng
 from normzoo.models import assemble
-from normzoo.optim import build_optimizer
+from normzoo.optim import GROUP_NAMES, build_optimizer
 from normzoo.recipe import Recipe
 from normzoo.residual import admin
 from normzoo.tasks.terms import LossTerms
+
+
+def sentences(batch: dict[str, Any]) -> int:
+    """The number of examples (sentence pairs, sentences or blocks) in ``batch``."""
+    return next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
+
+
+def tokens(batch: dict[str, Any]) -> int:
+    """The tokens ``batch`` is trained on, counted on the host by the collation: target tokens
+    (translation), maskable tokens (masked LM) or predicted tokens (causal LM)."""
+    return int(batch["ntokens"])
 
 
 class NormzooTask(L.LightningModule):
@@ -45,7 +56,11 @@ class NormzooTask(L.LightningModule):
             # batches change shape every step. Decoding calls encode/decode, left eager.
             self.model.compile(mode="default" if mode is True else mode, dynamic=True)
         self.tokenizer_json = tokenizer_json
-        self._last_step_time: float | None = None
+        # Training FLOPs per token, measured on this process's first batch (see flops_per_batch);
+        # None until measured, or where the model cannot be measured.
+        self._flops_per_token: float | None = None
+        self._flops_measured = False
+        self._batch_tokens = 0  # tokens of the training batch being processed
         self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
         self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
 
@@ -62,6 +77,67 @@ class NormzooTask(L.LightningModule):
         # them (and their record) from its checkpoint before this.
         if self.trainer.global_step == 0 and self._unprofiled_admin():
             self.profile_admin(batch)
+        if not self._flops_measured:  # this process's first batch
+            self._flops_measured = True
+            if self._monitors_throughput():
+                self._flops_per_token = self.measure_flops_per_token(batch)
+
+    def _monitors_throughput(self) -> bool:
+        """Whether Lightning's ThroughputMonitor reads :attr:`flops_per_batch` here: it does on
+        the global rank 0 only."""
+        from lightning.pytorch.callbacks import ThroughputMonitor
+
+        return self.trainer.is_global_zero and any(
+            isinstance(callback, ThroughputMonitor) for callback in self.trainer.callbacks)
+
+    @property
+    def flops_per_batch(self) -> int | None:
+        """FLOPs of the training batch just processed, forward and backward, which Lightning's
+        ``ThroughputMonitor`` reads after each batch to log FLOPs per second and, on a GPU whose
+        peak it knows, MFU.
+
+        Token-budget batches change shape every step, so the FLOPs are measured once, on the
+        first batch this process trains on (:meth:`measure_flops_per_token`), and scaled by each
+        batch's token count. Exact for a batch shaped like that one; for the others, attention
+        (quadratic in the length), padding and, in translation, the source tokens per target
+        token are counted as they were in it. None outside training (validation runs forward
+        only) and where nothing could be measured.
+        """
+        if not self.training or not self._flops_per_token:
+            return None
+        return round(self._flops_per_token * self._batch_tokens)
+
+    def measure_flops_per_token(self, batch: dict[str, Any]) -> float | None:
+        """FLOPs of a training step on ``batch`` (the loss, forward and backward, as counted by
+        torch's ``FlopCounterMode`` through Lightning's ``measure_flops``) per token of it.
+
+        Counted on a copy of the task on the meta device, with ``batch``'s shapes: it allocates
+        no memory, computes nothing and leaves the training model, its gradients and the
+        generators as they were. A model that reads tensor values while it runs (BatchNorm's
+        padding mask, some plugins) cannot run there: then None, and the throughput is logged
+        without FLOPs.
+        """
+        from lightning.fabric.utilities.throughput import measure_flops
+        from lightning.pytorch.utilities import rank_zero_info
+
+        eager = self.recipe.trainer.model_copy(update={"compile": False})
+        recipe = self.recipe.model_copy(update={"trainer": eager})
+        smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
+        state = rng.capture()
+        try:
+            with torch.device("meta"):
+                twin = type(self)(recipe, self.hparams["vocab_size"])
+            shapes = {k: v.to("meta") if torch.is_tensor(v) else v for k, v in batch.items()}
+            flops = measure_flops(twin, lambda: twin.loss_terms(shapes, smoothing).loss_sum,
+                                  lambda loss: loss)
+        except Exception as error:  # a figure to log must never stop the run
+            reason = str(error).splitlines()[0] if str(error) else ""
+            rank_zero_info(f"Training FLOPs not measured ({type(error).__name__}: {reason}): "
+                           "throughput is logged without FLOPs and MFU")
+            return None
+        finally:
+            rng.restore(state)
+        return flops / max(tokens(batch), 1)
 
     def _unprofiled_admin(self) -> bool:
         return any(getattr(m, "profiled_omega", None) is not None and m.profiled_omega.item() <= 0
@@ -87,20 +163,22 @@ class NormzooTask(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
         terms = self.loss_terms(batch, smoothing)
-        size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]  # sentences
         self.last_loss = terms.mean.detach()
         self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
-                 batch_size=size)
-        self.log_throughput(batch["ntokens"], size)
+                 batch_size=sentences(batch))
+        self._batch_tokens = tokens(batch)
         return self.global_token_mean(terms.loss_sum, terms.tokens)
 
     # -- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self):
+        """AdamW and its schedule, stepped per update. The scheduler is named ``train``: Lightning's
+        LearningRateMonitor logs the rates under that name and the groups' names
+        (:data:`~normzoo.optim.GROUP_NAMES`), ``train/lr`` and ``train/lr_no_decay``."""
         optimizer, scheduler = build_optimizer(
             self.model, self.recipe.optim, self.recipe.trainer.max_steps
         )
         return {"optimizer": optimizer,
-                "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train"}}
 
     def global_token_mean(self, loss_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """The training loss: this process's summed token losses over the tokens of the whole
@@ -114,18 +192,6 @@ class NormzooTask(L.LightningModule):
             return loss_sum / count.clamp(min=1)
         total = self.trainer.strategy.reduce(count.float(), reduce_op="sum")
         return loss_sum * world / total.clamp(min=1)
-
-    def log_throughput(self, tokens: int, batch_size: int) -> None:
-        """Tokens per second between consecutive training steps (data loading included)."""
-        now = time.perf_counter()
-        if self._last_step_time is not None:
-            elapsed = max(now - self._last_step_time, 1e-9)
-            self.log("train/tok_s", tokens / elapsed, prog_bar=True, on_step=True,
-                     on_epoch=False, batch_size=batch_size)
-        self._last_step_time = now
-        optimizer = self.optimizers(use_pl_optimizer=False)
-        self.log("train/lr", optimizer.param_groups[0]["lr"], prog_bar=True, on_step=True,
-                 on_epoch=False, batch_size=batch_size)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -147,6 +213,11 @@ class NormzooTask(L.LightningModule):
         # Restored when training starts, before the next batch is fetched: its collation may
         # draw (MLM masks), and Lightning draws nothing between then and the next step.
         self._pending_rng = states[rank] if rank < len(states) else None
+        # A checkpoint from before the parameter groups were named: loading it would drop the
+        # names, and the learning rates would be logged under other keys.
+        for optimizer in checkpoint.get("optimizer_states", []):
+            for group, name in zip(optimizer.get("param_groups", []), GROUP_NAMES, strict=False):
+                group.setdefault("name", name)
 
     def on_train_start(self) -> None:
         if self._pending_rng is not None:
