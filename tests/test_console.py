@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from tiny import tiny
 
 
-def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Path):
-    recipe = tiny(trainer={"max_steps": 4, "val_every_steps": 2, "progress_bar": True,
+@pytest.mark.parametrize("steps", [4, 12])  # 12 steps: four epochs of the tiny corpus
+def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Path, steps: int):
+    recipe = tiny(trainer={"max_steps": steps, "val_every_steps": 2, "progress_bar": True,
                            "log_every_steps": 1})
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
@@ -25,9 +27,10 @@ def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Pat
     console = result.stderr + result.stdout  # Lightning's bars write to stdout
     headers = [line for line in console.splitlines() if line.startswith("normzoo: ")]
     assert len(headers) == 1
-    assert "parameters · up to 512 tokens per step · 4 steps · " in headers[0]
+    assert f"parameters · up to 512 tokens per step · {steps} steps · " in headers[0]
     assert str(tmp_path / "run") in headers[0]
-    assert "step: 100%" in console and "4/4" in console  # steps of the run, not of an epoch
+    # Steps of the run, not of an epoch, on one bar that lasts across epochs.
+    assert "step: 100%" in console and f"{steps}/{steps}" in console
     assert "loss=" in console and "tok/s=" in console
     assert "Epoch" not in console and "/-2" not in console
     for noise in ("💡", "litlogger", "litmodels", "LeafSpec", "DeprecationWarning",

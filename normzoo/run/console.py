@@ -14,8 +14,10 @@ from typing import Any
 
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-# Lightning's logger lines that sell a service rather than describe the run.
-_ADVERTISEMENTS = ("💡 Tip:",)
+# Lightning's logger lines that sell a service rather than describe the run, and its note that
+# fit stopped at max_steps, which the bar already shows (printed while the bar is still open, it
+# lands on the bar's line).
+_ADVERTISEMENTS = ("💡 Tip:", "`Trainer.fit` stopped: `max_steps=")
 # Warnings raised inside Lightning about its own use of torch, which a user cannot act on.
 _INTERNAL_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
 
@@ -52,14 +54,26 @@ _SHOWN = (("train/loss", "loss", "{:.3f}"), ("train/device/items_per_sec", "tok/
 
 
 class StepProgressBar(TQDMProgressBar):
-    """A bar over the run's optimizer steps, ``step / max_steps``, with time left."""
+    """One bar over the whole run's optimizer steps, ``step / max_steps``, with time left.
 
-    def on_train_epoch_start(self, trainer: Any, *_: Any) -> None:
+    Lightning's bar is per epoch: it is restarted at each epoch and, left on screen, closed at
+    each epoch's end. Here it is set up once when training starts, epochs pass through it, and
+    it is closed (and left on screen) when training ends.
+    """
+
+    def on_train_start(self, trainer: Any, *args: Any) -> None:
+        super().on_train_start(trainer, *args)
         bar = self.train_progress_bar
         bar.reset(total=trainer.max_steps)
         bar.initial = trainer.global_step  # a resumed run starts where it stopped
         bar.n = trainer.global_step
         bar.set_description("step")
+
+    def on_train_epoch_start(self, trainer: Any, *_: Any) -> None:
+        """Nothing: an epoch is a pass over the data, not a unit of the bar."""
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """Nothing: the bar stays open across epochs."""
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -177,7 +177,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     if t.progress_bar:
         from normzoo.run.console import StepProgressBar
 
-        callbacks.append(StepProgressBar(leave=True))
+        callbacks.append(StepProgressBar())
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     try:
