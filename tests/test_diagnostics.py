@@ -242,3 +242,42 @@ def test_sweep_grid_axes_and_tied_keys():
     assert cell_name(cell) == "residual-pre_encoder_layers-18"
     with pytest.raises(Exception, match="KEY=V1,V2"):
         parse_grid(["model.residual"])
+
+
+def test_sweep_values_may_be_mappings():
+    from normzoo.diagnostics.sweep import cell_name, cell_overrides, cells, parse_grid
+
+    grid = parse_grid(["model.residual=deepnorm,{name: admin, init: profiled},subln",
+                       "trainer.loggers=[csv],[csv, tensorboard]"])
+    assert grid[0][1] == ["deepnorm", "{name: admin, init: profiled}", "subln"]
+    assert grid[1][1] == ["[csv]", "[csv, tensorboard]"]
+    cell = cells(grid)[2]
+    assert cell_overrides(cell) == ["model.residual={name: admin, init: profiled}",
+                                    "trainer.loggers=[csv]"]
+    assert cell_name(cell) == "residual-admin-init-profiled_loggers-_csv_"
+
+
+def test_sweep_diagnose_measures_each_cell_at_init_and_at_the_end(tmp_path):
+    import csv
+
+    import yaml
+
+    from normzoo.diagnostics.sweep import sweep
+
+    recipe = tiny_recipe(tmp_path / "unused")
+    recipe["trainer"].update(max_steps=2, val_every_steps=2)
+    recipe["eval"] = {"valid_bleu": False}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    grid = ["model.residual=post,{name: admin, init: profiled}"]
+    rows = sweep(path, grid, [], tmp_path / "sweep", steps=2, diagnose=True)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    for row in rows:
+        with open(tmp_path / "sweep" / row["cell"] / "diagnose.csv", newline="") as f:
+            table = list(csv.DictReader(f))
+        layers = recipe["model"]["encoder_layers"] + recipe["model"]["decoder_layers"]
+        assert [r["when"] for r in table] == ["init"] * layers + ["final"] * layers
+        assert all(float(r["grad_norm"]) > 0 and float(r["stream_norm"]) > 0 for r in table)
+        # Training moved the weights: the end differs from the start.
+        assert table[0]["grad_norm"] != table[layers]["grad_norm"]
+        assert (tmp_path / "sweep" / row["cell"] / "diagnose.md").is_file()

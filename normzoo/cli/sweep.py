@@ -19,6 +19,10 @@ def sweep(
     set_: list[str] = typer.Option(..., "--set", help="A grid axis KEY=V1,V2,... (repeatable)."),
     steps: int = typer.Option(None, min=1, help="trainer.max_steps for every cell."),
     out: Path = typer.Option(None, help="Sweep folder (default runs/sweep-<recipe>)."),
+    diagnose: bool = typer.Option(
+        False, "--diagnose", help="Also measure every cell at initialisation and at its last "
+        "checkpoint (gradient and stream norms, branch ratios, layer cosine by layer): "
+        "diagnose.csv and diagnose.md in the cell's folder."),
 ) -> None:
     """Train every combination of the --set values; finished cells are skipped on a re-run.
     Writes results.csv/.md (final loss, metric, diverged and when) and loss/stability plots."""
@@ -26,7 +30,7 @@ def sweep(
 
     folder = out or Path("runs") / f"sweep-{recipe.stem}"
     with file_system_failures():
-        rows = run_sweep(recipe, set_, overrides or [], folder, steps)
+        rows = run_sweep(recipe, set_, overrides or [], folder, steps, diagnose)
     typer.echo((folder / "results.md").read_text(encoding="utf-8"))
     diverged = sum(r["status"] == "diverged" for r in rows)
     typer.echo(f"{len(rows)} cells, {diverged} diverged; results in {folder}")

@@ -51,12 +51,71 @@ def measure(variant: Variant, tokenizer, batch: dict) -> Measurements:
                                            tokenizer.to_str())
     if variant.state_dict is not None:
         task.load_state_dict(variant.state_dict)
+    elif task._unprofiled_admin():  # Admin ``init: profiled`` at init: as training would
+        task.profile_admin(batch)
     model = task.model.eval()  # no dropout: the measurement is of the weights, not the noise
     with probe(model) as found:
         loss = task.loss_terms(batch).mean
     loss.backward()
     found.grad_norm = gradient_norms(model)
     return found
+
+
+CSV_FIELDS = ["when", "stack", "layer", "grad_norm", "stream_norm", "layer_cosine",
+              "ratio_self_attn", "ratio_cross_attn", "ratio_ffn"]
+
+
+def csv_rows(results: dict[str, Measurements]) -> list[dict]:
+    """One row per variant and layer: the layer metrics as ``table`` shows them, unrounded."""
+    rows = []
+    for label, found in results.items():
+        for name, norm in found.stream_norm.items():
+            stack, layer, _ = depth_index(name)
+            rows.append({"when": label, "stack": stack, "layer": layer,
+                         "grad_norm": found.grad_norm.get(name, ""), "stream_norm": norm,
+                         "layer_cosine": found.layer_cosine.get(name, ""),
+                         **{f"ratio_{k}": found.branch_ratio.get(f"{name}.{k}", "")
+                            for k in ("self_attn", "cross_attn", "ffn")}})
+    return rows
+
+
+def diagnose_run(run_dir: Path) -> list[dict]:
+    """A trained run measured at initialisation (its recipe and seed) and at its last
+    checkpoint, on the same first training batch: ``diagnose.csv`` and ``diagnose.md`` in
+    ``run_dir`` (what ``normzoo sweep --diagnose`` writes for every cell).
+
+    A last checkpoint with non-finite weights (a diverged run) is measured at init only."""
+    import csv
+    import io
+
+    from normzoo.atomic import atomic_write_text
+    from normzoo.checkpoint import load_checkpoint
+    from normzoo.checkpoint_files import CheckpointError
+    from normzoo.data.prepare_tokenizer import recipe_tokenizer
+
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    variants, note = [], ""
+    try:
+        loaded = load_checkpoint(checkpoint)
+        recipe, tokenizer = loaded.recipe, loaded.tokenizer
+        state = {f"model.{k}": v for k, v in loaded.model.state_dict().items()}
+        variants = [Variant("init", recipe), Variant("final", recipe, state)]
+    except CheckpointError as error:
+        from normzoo import recipe as recipes
+
+        recipe = recipes.load(run_dir / "recipe.yaml")
+        tokenizer = recipe_tokenizer(recipe)
+        variants, note = [Variant("init", recipe)], f"\nnot measured at the end: {error}\n"
+    batch = first_batch(recipe, tokenizer)
+    results = {v.label: measure(v, tokenizer, batch) for v in variants}
+    rows = csv_rows(results)
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(run_dir / "diagnose.csv", out.getvalue(), "diagnostics table")
+    atomic_write_text(run_dir / "diagnose.md", table(results) + "\n" + note, "diagnostics table")
+    return rows
 
 
 def depth_index(name: str) -> tuple[str, int, str]:

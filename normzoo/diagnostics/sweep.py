@@ -23,11 +23,26 @@ FIELDS = ["cell", "status", "diverged_at_step", "steps", "final_train_loss", "me
           "metric_value", "test_bleu"]
 
 
+def split_values(values: str) -> list[str]:
+    """``V1,V2,...`` split on the commas outside brackets, so that a value may be a YAML
+    mapping or list: ``deepnorm,{name: admin, init: profiled}`` is two values."""
+    parts, depth, current = [], 0, ""
+    for char in values:
+        depth += (char in "[{") - (char in "]}")
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [v.strip() for v in [*parts, current] if v.strip()]
+
+
 def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
     """``["model.residual=post,pre", "optim.warmup_steps=0,4000"]`` -> keys with their values.
 
     Several keys before the ``=`` move together: ``model.encoder_layers,model.decoder_layers=6,18``
-    is one axis (6+6 and 18+18 layers).
+    is one axis (6+6 and 18+18 layers). A value may be a YAML mapping, e.g. a scheme with its
+    options: ``model.residual=deepnorm,{name: admin, init: profiled}``.
     """
     grid = []
     for text in settings:
@@ -35,7 +50,7 @@ def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
         if not key or not values:
             raise ConfigError([Problem(text, "--set must look like KEY=V1,V2,...")],
                               "invalid sweep")
-        grid.append((key.strip(), [v.strip() for v in values.split(",") if v.strip()]))
+        grid.append((key.strip(), split_values(values)))
     return grid
 
 
@@ -54,10 +69,25 @@ def cell_overrides(cell: dict[str, str]) -> list[str]:
     return [f"{key.strip()}={value}" for axis, value in cell.items() for key in axis.split(",")]
 
 
+def value_name(value: str) -> str:
+    """A value as a name: a mapping by its entries (``{name: admin, init: profiled}`` ->
+    ``admin-init-profiled``), anything else as written."""
+    from normzoo.recipe.reading import parse_yaml
+
+    try:
+        parsed = parse_yaml(value) if value.lstrip().startswith("{") else None
+    except Exception:
+        parsed = None
+    if isinstance(parsed, dict):
+        return "-".join([str(parsed.get("name", "")),
+                         *(f"{k}-{v}" for k, v in parsed.items() if k != "name")]).strip("-")
+    return value
+
+
 def cell_name(cell: dict[str, str]) -> str:
     """A folder-safe name: ``{model.residual: post, model.encoder_layers: 6}`` ->
     ``residual-post_encoder_layers-6``."""
-    parts = [f"{label(key)}-{value}" for key, value in cell.items()]
+    parts = [f"{label(key)}-{value_name(value)}" for key, value in cell.items()]
     return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(parts))
 
 
@@ -71,8 +101,9 @@ def final_train_loss(run_dir: Path) -> float | None:
 
 
 def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str], out: Path,
-             steps: int | None) -> dict[str, Any]:
-    """Train one cell (unless it already finished) and return its result row."""
+             steps: int | None, diagnose: bool = False) -> dict[str, Any]:
+    """Train one cell (unless it already finished) and return its result row; with
+    ``diagnose``, also measure it at initialisation and at the end (``diagnose.csv``)."""
     from normzoo import recipe as recipes
     from normzoo.checkpointing import newest_checkpoint
     from normzoo.diagnostics.callbacks import DivergenceError
@@ -102,6 +133,10 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
         row.update(status="diverged", diverged_at_step=int(step.group(1)) if step else "",
                    steps=int(step.group(1)) if step else "", metric_value="", test_bleu="")
     row["final_train_loss"] = final_train_loss(run_dir)
+    if diagnose:
+        from normzoo.diagnostics.diagnose import diagnose_run
+
+        diagnose_run(run_dir)
     atomic_write_text(record, json.dumps(row, indent=2), "sweep cell record")
     return row
 
@@ -219,8 +254,9 @@ def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path,
 
 
 def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Path,
-          steps: int | None) -> list[dict[str, Any]]:
-    """Run the grid (skipping finished cells) and write the results and plots."""
+          steps: int | None, diagnose: bool = False) -> list[dict[str, Any]]:
+    """Run the grid (skipping finished cells) and write the results and plots. The results
+    are rewritten as each cell finishes, so a sweep in progress can be read (and committed)."""
     from normzoo import recipe as recipes
 
     grid = parse_grid(settings)
@@ -229,7 +265,9 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     for cell in all_cells:  # validate every cell (on this machine) before training any of them
         recipes.load(recipe_path, [*overrides, *cell_overrides(cell)], machine=True)
     out.mkdir(parents=True, exist_ok=True)
-    rows = [run_cell(recipe_path, overrides, cell, out, steps) for cell in all_cells]
-    write_results(rows, keys, out)
+    rows = []
+    for cell in all_cells:
+        rows.append(run_cell(recipe_path, overrides, cell, out, steps, diagnose))
+        write_results(rows, keys, out)
     plot(rows, keys, out)
     return rows
