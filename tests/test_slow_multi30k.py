@@ -28,3 +28,29 @@ def test_multi30k_prenorm_learns_on_real_data(tmp_path: Path, monkeypatch):
     with open(tmp_path / "run" / "logs" / "csv" / "metrics.csv") as f:
         losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r["train/loss"]]
     assert losses[-1] < losses[0] - 2.0
+
+    # Exported for transformers, the model translates test2016 as normzoo does (greedy).
+    import transformers
+
+    import normzoo
+    from normzoo.decoding import max_target_lengths
+    from normzoo.export import export
+
+    checkpoint = Path(summary["best_checkpoint"])
+    result = export(checkpoint, tmp_path / "hf", fmt="hf")
+    assert result.architecture == "BlenderbotForConditionalGeneration"
+    assert result.max_abs_logit_diff <= 1e-4
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    sentences = (MULTI30K / "test2016.en").read_text(encoding="utf-8").splitlines()[:100]
+    loaded = normzoo.load(checkpoint)
+    ours = loaded.translate(sentences, beam=1)
+    theirs = []
+    for sentence in sentences:
+        inputs = tokenizer([sentence], return_tensors="pt")
+        limit = max_target_lengths(inputs["input_ids"], loaded.recipe.eval.max_len_a,
+                                   loaded.recipe.eval.max_len_b,
+                                   loaded.model.config.max_positions - 1)
+        ids = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=int(limit[0]))
+        theirs.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    assert theirs == ours
