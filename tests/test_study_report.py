@@ -92,7 +92,8 @@ def test_every_claim_gets_its_verdict_from_the_numbers(report):
     assert "Post-LN 6+6 15.00, Post-LN 18+18 0.40, Pre-LN 18+18 22.00" in text
     assert "### 3. Pre-LN's stream grows and its deep layers' branches shrink: **shown**" in text
     assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **shown**" in text
-    assert "### 5. At shallow depth, with warm-up, Post-LN ends higher than Pre-LN: **shown**" in text
+    assert "### 5. At shallow depth, with warm-up, Post-LN ends higher than Pre-LN: **shown**" \
+        in text
     assert "| Post-LN | 18+18 | 0 | ok | 2.500 | 3.000 | 0.40 | -0.60 | 10.0 |" in text
     for plot in ("loss_curves", "bleu_by_depth", "grad_norm_by_layer", "stream_norm_by_layer",
                  "branch_ratio_by_layer"):
@@ -112,7 +113,8 @@ def test_the_report_renders_while_cells_are_missing_and_from_its_data_alone(repo
     partial = {key: bleu for key, bleu in FULL.items() if key[0] == "post"}
     text = report(partial)
     assert "Cells: 4 of 16" in text
-    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not yet measured**" in text
+    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not yet measured**" \
+        in text
     assert "### 1. Post-LN's gradients grow toward the output at initialisation: **not yet" in text
     # The data copied into docs/ is enough to render it again.
     assert report({}, render_only=True) == text
