@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -187,25 +188,14 @@ def beam_search(
 
 
 @torch.no_grad()
-def sample(
-    model: DecoderModel,
-    prompt: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> list[list[int]]:
+def sample(model: DecoderModel, prompt: torch.Tensor, **settings: Any) -> list[list[int]]:
     """Continue each row of ``prompt`` ``[B, T]`` (no padding) by sampling from a causal LM.
 
-    ``temperature`` 0 means greedy; ``top_k`` keeps the k most likely tokens, ``top_p`` the
-    smallest set whose probability reaches p (nucleus sampling). Returns the new token ids of
-    each row, stopping at EOS.
+    ``settings`` are :func:`sample_steps`' (``max_new_tokens``, ``temperature`` 0 meaning
+    greedy, ``top_k``, ``top_p`` for nucleus sampling, ``generator``). Returns the new token ids
+    of each row, stopping at EOS.
     """
-    steps = list(sample_steps(model, prompt, max_new_tokens=max_new_tokens,
-                              temperature=temperature, top_k=top_k, top_p=top_p,
-                              generator=generator))
+    steps = list(sample_steps(model, prompt, **settings))
     if not steps:
         return [[] for _ in range(prompt.shape[0])]
     return [_strip(row) for row in torch.stack(steps, dim=1).tolist()]
