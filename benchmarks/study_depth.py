@@ -115,8 +115,11 @@ class Cell:
         self.signature = test.get("signature", "")
         self.val_loss = _float((summary.get("validation") or {}).get("val/loss"))
         self.wall = _float(summary.get("total_wall_s"))
-        self.loss = [(int(r["step"]), _float(r["train_loss"])) for r in _csv(folder / "loss.csv")
+        losses = _csv(folder / "loss.csv")
+        self.loss = [(int(r["step"]), _float(r["train_loss"])) for r in losses
                      if _float(r["train_loss"]) is not None]
+        self.val = [(int(r["step"]), _float(r["val_loss"])) for r in losses
+                    if _float(r.get("val_loss")) is not None]
         self.diagnose = _csv(folder / "diagnose.csv")
 
     @property
@@ -164,9 +167,11 @@ def plot_loss_curves(cells: list[Cell], plt: Any) -> str:
             ax = axes[i, j]
             for k, cell in enumerate(c for c in cells if c.study == study and c.depth == depth):
                 if cell.loss:
-                    steps, losses = zip(*cell.loss, strict=True)
+                    steps, losses = zip(*_smoothed(cell.loss), strict=True)
                     style = "--" if cell.warmup == "0" else "-"
                     ax.plot(steps, losses, style, color=f"C{k}", label=cell.label, lw=1)
+                if cell.val:
+                    ax.plot(*zip(*cell.val, strict=True), "o", color=f"C{k}", ms=4)
             ax.set_title(f"{study}: {depth}+{depth} layers", fontsize=9)
             ax.set_yscale("log")
             ax.grid(alpha=0.3)
@@ -176,6 +181,12 @@ def plot_loss_curves(cells: list[Cell], plt: Any) -> str:
             ax.set_ylabel("training loss" if j == 0 else "")
     fig.tight_layout()
     return _save(fig, plt, "loss_curves.png")
+
+
+def _smoothed(points: list[tuple[int, float]], width: int = 4) -> list[tuple[int, float]]:
+    """Each logged training loss (one batch's) averaged with the ``width - 1`` before it."""
+    return [(step, sum(v for _, v in points[max(0, i - width + 1):i + 1])
+             / len(points[max(0, i - width + 1):i + 1])) for i, (step, _) in enumerate(points)]
 
 
 def plot_bleu_by_depth(cells: list[Cell], plt: Any) -> str:
@@ -419,7 +430,9 @@ def render(cells: list[Cell]) -> str:
               *_table(cells, "placement"), "", "### Study 2: the fixes at depth (warm-up 200)",
               "", *_table(cells, "fixes"), "",
               "## Plots", "",
-              f"Training loss (dashed: no warm-up):\n\n![loss curves]({figures['loss']})", "",
+              "Training loss, each point the mean of four logged batches, 100 steps (dashed: no "
+              "warm-up); dots: validation loss (no dropout, no label smoothing: lower)"
+              f":\n\n![loss curves]({figures['loss']})", "",
               f"Test BLEU by depth:\n\n![BLEU by depth]({figures['bleu']})", "",
               "Gradient norm of each layer's parameters (18+18), at initialisation and at the "
               f"end:\n\n![gradient norm by layer]({figures['grad']})", "",
