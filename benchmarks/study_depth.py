@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "study-depth" / "data"
 FIGURES = ROOT / "docs" / "study-depth"
 REPORT = ROOT / "docs" / "study-depth.md"
-STUDIES = ("placement", "fixes")
+STUDIES = ("placement", "fixes", "seeds")
+GRID_STUDIES = STUDIES[:2]  # seed 1 of every cell; "seeds": more seeds of a few cells
 DEPTHS = ("6", "18")
 WARMUP = "200"  # the recipe's warm-up steps
 SCHEMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm",
@@ -43,6 +44,8 @@ COMMANDS = {
              "--set 'model.residual=deepnorm,{name: admin, init: profiled},resi_dual,subln' "
              "--set model.encoder_layers,model.decoder_layers=6,18 --diagnose "
              "--out runs/study-depth/fixes",
+    "seeds": f"normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
+             "--set model.residual=post,pre --set seed=2,3 --out runs/study-depth/seeds",
 }
 
 
@@ -100,7 +103,7 @@ class Cell:
         folder = DATA / study / row["cell"]
         self.study, self.name = study, row["cell"]
         self.scheme = _scheme(row)
-        self.depth = row.get("model.encoder_layers,model.decoder_layers", "")
+        self.depth = row.get("model.encoder_layers,model.decoder_layers", "6")  # the recipe's
         self.warmup = row.get("optim.warmup_steps", WARMUP)
         self.seed = row.get("seed", "1")
         self.status = row.get("status", "")
@@ -124,8 +127,9 @@ class Cell:
 
     @property
     def label(self) -> str:
-        warm = f", warm-up {self.warmup}" if self.study == "placement" else ""
-        return f"{SCHEMES.get(self.scheme, self.scheme)} {self.depth}+{self.depth}{warm}"
+        warm = f", warm-up {self.warmup}" if self.study != "fixes" else ""
+        seed = f", seed {self.seed}" if self.study == "seeds" else ""
+        return f"{SCHEMES.get(self.scheme, self.scheme)} {self.depth}+{self.depth}{warm}{seed}"
 
     def layer_metric(self, when: str, stack: str, metric: str) -> list[float]:
         rows = [r for r in self.diagnose if r["when"] == when and r["stack"] == stack]
@@ -144,10 +148,23 @@ def load_cells() -> list[Cell]:
     return [Cell(study, row) for study in STUDIES for row in _csv(DATA / study / "results.csv")]
 
 
-def find(cells: list[Cell], scheme: str, depth: str, warmup: str = "200") -> Cell | None:
-    matches = [c for c in cells if c.scheme == scheme and c.depth == depth
-               and (c.study == "fixes" or c.warmup == warmup)]
+def replicas(cells: list[Cell], scheme: str, depth: str, warmup: str = WARMUP) -> list[Cell]:
+    """Every seed of one setting, seed 1 (the grid's) first."""
+    return [c for c in cells if c.scheme == scheme and c.depth == depth
+            and (c.study == "fixes" or c.warmup == warmup)]
+
+
+def find(cells: list[Cell], scheme: str, depth: str, warmup: str = WARMUP) -> Cell | None:
+    """The grid's cell of one setting (seed 1)."""
+    matches = [c for c in replicas(cells, scheme, depth, warmup) if c.study in GRID_STUDIES]
     return matches[0] if matches else None
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 # -- plots -------------------------------------------------------------------------------------
@@ -163,7 +180,7 @@ def _plt():
 def plot_loss_curves(cells: list[Cell], plt: Any) -> str:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True, sharey=True, squeeze=False)
     for i, depth in enumerate(DEPTHS):
-        for j, study in enumerate(STUDIES):
+        for j, study in enumerate(GRID_STUDIES):
             ax = axes[i, j]
             for k, cell in enumerate(c for c in cells if c.study == study and c.depth == depth):
                 if cell.loss:
@@ -319,17 +336,25 @@ def claim_deepnorm(cells: list[Cell]) -> tuple[str, str]:
 
 
 def claim_ceiling(cells: list[Cell]) -> tuple[str, str]:
-    post, pre = find(cells, "post", "6", WARMUP), find(cells, "pre", "6", WARMUP)
-    if _pending(post, pre):
+    post = [c.bleu for c in replicas(cells, "post", "6") if c.bleu is not None]
+    pre = [c.bleu for c in replicas(cells, "pre", "6") if c.bleu is not None]
+    if not post or not pre:
         return "not yet measured", ""
-    post18, pre18 = find(cells, "post", "18", WARMUP), find(cells, "pre", "18", WARMUP)
-    numbers = (f"with warm-up, test BLEU at 6+6 Post-LN {_fmt(post.bleu)} vs Pre-LN "
-               f"{_fmt(pre.bleu)}; at 18+18 {_fmt(_bleu(post18))} vs {_fmt(_bleu(pre18))}")
-    gap = post.bleu - pre.bleu
-    if gap >= 0.5:
+    (m_post, sd_post), (m_pre, sd_pre) = mean_sd(post), mean_sd(pre)
+    post18, pre18 = find(cells, "post", "18"), find(cells, "pre", "18")
+
+    def spread(values: list[float], sd: float) -> str:
+        return f" ± {sd:.2f} over {len(values)} seeds" if len(values) > 1 else " (one seed)"
+
+    numbers = (f"with warm-up, test BLEU at 6+6 Post-LN {m_post:.2f}{spread(post, sd_post)} vs "
+               f"Pre-LN {m_pre:.2f}{spread(pre, sd_pre)}; at 18+18 {_fmt(_bleu(post18))} vs "
+               f"{_fmt(_bleu(pre18))}")
+    gap = m_post - m_pre
+    if gap >= 0.5 and gap > max(sd_post, sd_pre):
         return "shown", numbers
     if gap > 0:
-        return "within one seed's noise (< 0.5 BLEU)", numbers
+        return "not shown beyond the noise (Post-LN ahead by less than 0.5 BLEU or the seeds' " \
+               "spread)", numbers
     return "not shown", numbers
 
 
@@ -356,7 +381,8 @@ CLAIMS = [
      "Wang et al. 2022 (DeepNet), Table 1 and Fig. 1: plain Post-LN becomes unstable as depth "
      "grows while DeepNorm trains at every depth they try", claim_deepnorm),
     ("5. At shallow depth, with warm-up, Post-LN ends higher than Pre-LN",
-     "shown where Post-LN 6+6 beats Pre-LN 6+6 by at least 0.5 BLEU (one seed per cell)",
+     "shown where Post-LN 6+6 beats Pre-LN 6+6 by at least 0.5 BLEU, averaged over the seeds, "
+     "and by more than either's standard deviation over seeds where there are several",
      "Xiong et al. 2020, Liu et al. 2020 (Admin) and DeepNet: when Post-LN trains, it tends to "
      "reach a better final quality than Pre-LN", claim_ceiling),
 ]
@@ -364,16 +390,17 @@ CLAIMS = [
 
 # -- the report --------------------------------------------------------------------------------
 def _table(cells: list[Cell], study: str) -> list[str]:
-    head = ["scheme", "layers", *(["warm-up"] if study == "placement" else []), "status",
+    extra = {"placement": ["warm-up"], "seeds": ["warm-up", "seed"]}.get(study, [])
+    head = ["scheme", "layers", *extra, "status",
             "final train loss", "best val loss", "test2016 BLEU (beam 5)", "greedy BLEU",
             "wall time (min)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cell in sorted((c for c in cells if c.study == study),
-                       key=lambda c: (int(c.depth), c.scheme, c.warmup)):
+                       key=lambda c: (int(c.depth), c.scheme, c.warmup, c.seed)):
         status = (f"diverged at step {cell.diverged_at}" if cell.status == "diverged"
                   else cell.status)
         row = [SCHEMES.get(cell.scheme, cell.scheme), f"{cell.depth}+{cell.depth}",
-               *([cell.warmup] if study == "placement" else []), status,
+               *[{"warm-up": cell.warmup, "seed": cell.seed}[k] for k in extra], status,
                _fmt(cell.final_loss, 3), _fmt(cell.val_loss, 3), _fmt(cell.bleu),
                _fmt(cell.greedy_bleu), _fmt(None if cell.wall is None else cell.wall / 60, 1)]
         lines.append("| " + " | ".join(row) + " |")
@@ -399,8 +426,10 @@ def render(cells: list[Cell]) -> str:
     elapsed = max((sum(c.wall or 0.0 for c in cells if c.study == s) for s in STUDIES),
                   default=0.0)
     signatures = sorted({c.signature for c in cells if c.signature})
-    seeds = sorted({c.seed for c in cells})
-    planned = 16
+    several = sorted({c.label.rsplit(", seed", 1)[0] for c in cells if c.study == "seeds"})
+    seeds = ("one seed per cell" + (f", three for {' and '.join(several)} (seeds 1 to 3: "
+                                    "Study 3 below)" if several else ""))
+    planned = 16 + 4 * any(c.study == "seeds" for c in cells)
     lines = [
         "# Depth study on Multi30k: what the residual scheme does as the stack deepens", "",
         "*Generated by `python benchmarks/study_depth.py` from the files the sweeps wrote "
@@ -412,13 +441,14 @@ def render(cells: list[Cell]) -> str:
         "gradient clipping, 1,000 steps (about 5 epochs), label smoothing 0.1; the checkpoint "
         "with the best validation loss is scored on test2016 with beam 5 (length penalty 0.6) "
         "and greedy search. Each cell is also measured by `normzoo diagnose` at initialisation "
-        "and at its last checkpoint, on the same first training batch. The two studies:", "",
+        "and at its last checkpoint, on the same first training batch. The studies (the third "
+        "adds seeds 2 and 3 of the two cells the fifth claim compares):", "",
         *[f"```bash\n{command}\n```\n" for command in COMMANDS.values()],
         f"Machine: a 2-core CPU, no GPU (none was lent to this study). Cells: {len(cells)} of "
-        f"{planned}; their wall times add up to {wall / 3600:.1f} h, and with the two sweeps "
-        f"side by side (one thread each) the study took {elapsed / 3600:.1f} h. Seeds: "
-        f"{', '.join(seeds) or '–'} ({'one seed per cell' if len(seeds) <= 1 else 'see the table'}"
-        "), so a BLEU difference below about 0.5 is within what a second seed could move.", "",
+        f"{planned}; their wall times add up to {wall / 3600:.1f} h, and with the sweeps "
+        f"side by side (one thread each) the study took {elapsed / 3600:.1f} h. Seeds: {seeds}; "
+        "where there is one, a BLEU difference below about 0.5 is within what another seed "
+        "could move.", "",
         "sacreBLEU: " + (", ".join(f"`{s}`" for s in signatures) or "–"), "",
         "## Verdicts", "",
     ]
@@ -429,6 +459,8 @@ def render(cells: list[Cell]) -> str:
     lines += ["## Results", "", "### Study 1: placement × depth × warm-up", "",
               *_table(cells, "placement"), "", "### Study 2: the fixes at depth (warm-up 200)",
               "", *_table(cells, "fixes"), "",
+              *(["### Study 3: more seeds of Post-LN and Pre-LN 6+6 with warm-up", "",
+                 *_table(cells, "seeds"), ""] if any(c.study == "seeds" for c in cells) else []),
               "## Plots", "",
               "Training loss, each point the mean of four logged batches, 100 steps (dashed: no "
               "warm-up); dots: validation loss (no dropout, no label smoothing: lower)"

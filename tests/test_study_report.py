@@ -45,13 +45,16 @@ def _cell(folder: Path, bleu: float, grad: tuple[float, float], stream: tuple[fl
 
 def _sweeps(root: Path, bleus: dict[tuple[str, str, str], float]) -> Path:
     """Both studies' folders with the cells of ``bleus`` ((scheme, depth, warm-up) -> BLEU)."""
-    studies: dict[str, list[dict]] = {"placement": [], "fixes": []}
-    for (scheme, depth, warmup), bleu in bleus.items():
-        study = "placement" if scheme in ("post", "pre") else "fixes"
-        name = f"{scheme}-{depth}-{warmup}"
-        row = {"cell": name, "model.residual": scheme,
-               "model.encoder_layers,model.decoder_layers": depth, "status": "ok",
+    studies: dict[str, list[dict]] = {"placement": [], "fixes": [], "seeds": []}
+    for (scheme, depth, warmup, *seed), bleu in bleus.items():
+        study = "seeds" if seed else "placement" if scheme in ("post", "pre") else "fixes"
+        name = f"{scheme}-{depth}-{warmup}" + (f"-seed{seed[0]}" if seed else "")
+        row = {"cell": name, "model.residual": scheme, "status": "ok",
                "diverged_at_step": "", "final_train_loss": 2.5}
+        if study == "seeds":  # the recipe's depth and warm-up; seed is an axis
+            row["seed"] = seed[0]
+        else:
+            row["model.encoder_layers,model.decoder_layers"] = depth
         if study == "placement":
             row["optim.warmup_steps"] = warmup
         studies[study].append(row)
@@ -118,3 +121,14 @@ def test_the_report_renders_while_cells_are_missing_and_from_its_data_alone(repo
     assert "### 1. Post-LN's gradients grow toward the output at initialisation: **not yet" in text
     # The data copied into docs/ is enough to render it again.
     assert report({}, render_only=True) == text
+
+
+def test_the_ceiling_claim_weighs_the_seeds(report):
+    seeds = {("post", "6", "200", "2"): 29.0, ("post", "6", "200", "3"): 30.0,
+             ("pre", "6", "200", "2"): 30.5, ("pre", "6", "200", "3"): 29.5}
+    text = report({**FULL, **seeds})  # seed 1: Post-LN 31.0, Pre-LN 30.0
+    assert ("at 6+6 Post-LN 30.00 ± 1.00 over 3 seeds vs Pre-LN 30.00 ± 0.50 over 3 seeds"
+            in text)
+    assert "Post-LN ends higher than Pre-LN: **not shown**" in text
+    assert "three for Post-LN 6+6, warm-up 200 and Pre-LN 6+6, warm-up 200" in text
+    assert "| Post-LN | 6+6 | 200 | 3 | ok |" in text
