@@ -51,7 +51,11 @@ def test_every_shipped_recipe_loads_and_round_trips(path: Path):
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert recipe.task == raw["task"]
     assert recipe.model.family == recipes.FAMILY_OF_TASK[recipe.task]
-    assert recipe.model.residual.name == str(raw["model"]["residual"])
+    residual = raw["model"]["residual"]  # a name, or a mapping with options
+    if isinstance(residual, dict):
+        assert recipe.model.residual.options == {k: v for k, v in residual.items() if k != "name"}
+        residual = residual["name"]
+    assert recipe.model.residual.name == str(residual)
     # to_yaml -> YAML -> from_dict gives back an equal recipe, and so does to_dict.
     again = from_dict(yaml.safe_load(recipe.to_yaml()))
     assert again == recipe
