@@ -388,6 +388,36 @@ CLAIMS = [
 ]
 
 
+# What each fix's paper reports, set beside what it does here (the comparison the issue asks for).
+FIX_PAPERS = {
+    "deepnorm": "Wang et al. 2022 (DeepNet): trains Post-LN at every depth tried (up to 1,000 "
+                "layers) and beats Pre-LN at equal depth",
+    "admin-init-profiled": "Liu et al. 2020 (Admin): makes deep Post-LN trainable (18+18 on "
+                           "WMT14 En-De; 60+12 in its follow-up) with Post-LN's quality rather "
+                           "than Pre-LN's",
+    "resi_dual": "Xie et al. 2023 (ResiDual): a Post-LN and a Pre-LN stream together; trains "
+                 "deep models and beats both placements",
+    "subln": "Wang et al. 2022 (Magneto, Sub-LN): an extra LN inside each branch with its init; "
+             "beats Pre-LN at equal depth",
+}
+
+
+def fixes_table(cells: list[Cell]) -> list[str]:
+    """Each fix at 6+6 and 18+18 beside Pre-LN and Post-LN with warm-up, and its paper."""
+    pre18, post18 = find(cells, "pre", "18"), find(cells, "post", "18")
+    lines = ["| scheme | 6+6 BLEU | 18+18 BLEU | 18+18 minus Pre-LN 18+18 | 18+18 minus Post-LN "
+             "18+18 | what its paper reports |", "|---|---|---|---|---|---|"]
+    for scheme, paper in FIX_PAPERS.items():
+        b6, b18 = _bleu(find(cells, scheme, "6")), _bleu(find(cells, scheme, "18"))
+
+        def minus(other: Cell | None, value: float | None = b18) -> str:
+            return "–" if value is None or _bleu(other) is None else f"{value - other.bleu:+.2f}"
+
+        lines.append(f"| {SCHEMES[scheme]} | {_fmt(b6)} | {_fmt(b18)} | {minus(pre18)} | "
+                     f"{minus(post18)} | {paper} |")
+    return lines
+
+
 # -- the report --------------------------------------------------------------------------------
 def _table(cells: list[Cell], study: str) -> list[str]:
     extra = {"placement": ["warm-up"], "seeds": ["warm-up", "seed"]}.get(study, [])
@@ -456,6 +486,7 @@ def render(cells: list[Cell]) -> str:
         verdict, numbers = judge(cells)
         lines += [f"### {title}: **{verdict}**", "", f"- Here: {numbers or 'cells still to run'}.",
                   f"- Rule: {rule}.", f"- The papers: {paper}.", ""]
+    lines += ["### How the fixes compare at depth (warm-up 200)", "", *fixes_table(cells), ""]
     lines += [
         "## What limits these numbers", "",
         "- **Short training.** 1,000 steps (about 5 epochs) of a d_model-128 model: absolute "
