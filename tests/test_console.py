@@ -36,3 +36,24 @@ def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Pat
     for noise in ("💡", "litlogger", "litmodels", "LeafSpec", "DeprecationWarning",
                   "`weights_only` was not set"):
         assert noise not in console, noise
+
+
+def test_a_resumed_run_says_nothing_about_its_own_directory_being_in_use(tmp_path: Path):
+    """Lightning warns on every resume that the checkpoint and CSV log directories are not empty
+    and that the old logs "will be deleted"; in a normzoo run both are expected (the log is put
+    back together), so the warnings would only alarm."""
+    recipe = tiny(trainer={"max_steps": 4, "val_every_steps": 2, "log_every_steps": 1})
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "normzoo.cli", "train", str(path),
+               f"run.dir={tmp_path / 'run'}"]
+    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    resumed = subprocess.run([*command, "trainer.max_steps=6", "--resume", "auto"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    console = resumed.stderr + resumed.stdout
+    assert "Restored all states" in console  # it did resume
+    assert "exists and is not empty" not in console
+    assert "will be deleted" not in console

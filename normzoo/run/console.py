@@ -18,8 +18,13 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 # fit stopped at max_steps, which the bar already shows (printed while the bar is still open, it
 # lands on the bar's line).
 _ADVERTISEMENTS = ("💡 Tip:", "`Trainer.fit` stopped: `max_steps=")
-# Warnings raised inside Lightning about its own use of torch, which a user cannot act on.
-_INTERNAL_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
+# Warnings raised inside Lightning about its own use of torch, which a user cannot act on; and
+# the two it raises on every resume, which are wrong for a normzoo run directory: the checkpoints
+# directory is expected to hold the run's checkpoints, and the CSV log that Lightning "will
+# delete" is put back together by normzoo.run.history.
+_INTERNAL_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                      r"Checkpoint directory .* exists and is not empty",
+                      r"Experiment logs directory .* exists and is not empty")
 
 
 class _DropAdvertisements(logging.Filter):
