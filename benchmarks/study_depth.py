@@ -38,11 +38,11 @@ RECIPE = "recipes/studies/multi30k_depth.yaml"
 COMMANDS = {
     "placement": f"normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
                  "--set model.residual=post,pre "
-                 "--set model.encoder_layers,model.decoder_layers=6,18 "
-                 "--set optim.warmup_steps=0,200 --diagnose --out runs/study-depth/placement",
+                 "--set model.encoder_layers,model.decoder_layers=18,6 "
+                 "--set optim.warmup_steps=200,0 --diagnose --out runs/study-depth/placement",
     "fixes": f"normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
-             "--set 'model.residual=deepnorm,{name: admin, init: profiled},resi_dual,subln' "
-             "--set model.encoder_layers,model.decoder_layers=6,18 --diagnose "
+             "--set 'model.residual={name: admin, init: profiled},deepnorm,resi_dual,subln' "
+             "--set model.encoder_layers,model.decoder_layers=18,6 --diagnose "
              "--out runs/study-depth/fixes",
     "seeds": f"normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
              "--set model.residual=post,pre --set seed=2,3 --out runs/study-depth/seeds",
@@ -53,8 +53,9 @@ COMMANDS = {
 def _loss_rows(metrics: Path) -> list[dict[str, str]]:
     with open(metrics, newline="", encoding="utf-8") as f:
         return [{"step": r["step"], "train_loss": r.get("train/loss", ""),
-                 "val_loss": r.get("val/loss", "")}
-                for r in csv.DictReader(f) if r.get("train/loss") or r.get("val/loss")]
+                 "val_loss": r.get("val/loss", ""), "train_time": r.get("train/time", "")}
+                for r in csv.DictReader(f)
+                if r.get("train/loss") or r.get("val/loss") or r.get("train/time")]
 
 
 def collect(sweeps: Path) -> None:
@@ -75,7 +76,8 @@ def collect(sweeps: Path) -> None:
             if metrics.is_file():
                 rows = _loss_rows(metrics)
                 with open(out / "loss.csv", "w", newline="", encoding="utf-8") as f:
-                    writer = csv.DictWriter(f, fieldnames=["step", "train_loss", "val_loss"])
+                    writer = csv.DictWriter(f, fieldnames=["step", "train_loss", "val_loss",
+                                                           "train_time"])
                     writer.writeheader()
                     writer.writerows(rows)
 
@@ -94,6 +96,24 @@ def _float(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def _earlier_processes(losses: list[dict[str, str]]) -> tuple[float, list[int]]:
+    """The training time of the processes before the last, and the steps each later one resumed
+    at. ``summary.json`` times only the process that finished; a cell killed and resumed keeps
+    its earlier rows in ``metrics.csv``, whose ``train/time`` (ThroughputMonitor's seconds since
+    that process started training) restarts at each resume. Steps redone after a kill are not
+    in the log, so the time they took is not counted."""
+    earlier, resumed_at, last = 0.0, [], None
+    for row in losses:
+        time = _float(row.get("train_time"))
+        if time is None:
+            continue
+        if last is not None and time < last:
+            earlier += last
+            resumed_at.append(int(row["step"]))
+        last = time
+    return earlier, resumed_at
 
 
 class Cell:
@@ -117,8 +137,10 @@ class Cell:
         self.greedy_bleu = _float(test.get("greedy_bleu"))
         self.signature = test.get("signature", "")
         self.val_loss = _float((summary.get("validation") or {}).get("val/loss"))
-        self.wall = _float(summary.get("total_wall_s"))
         losses = _csv(folder / "loss.csv")
+        earlier, self.resumed_at = _earlier_processes(losses)
+        wall = _float(summary.get("total_wall_s"))
+        self.wall = None if wall is None else wall + earlier
         self.loss = [(int(r["step"]), _float(r["train_loss"])) for r in losses
                      if _float(r["train_loss"]) is not None]
         self.val = [(int(r["step"]), _float(r["val_loss"])) for r in losses
@@ -429,6 +451,9 @@ def _table(cells: list[Cell], study: str) -> list[str]:
                        key=lambda c: (int(c.depth), c.scheme, c.warmup, c.seed)):
         status = (f"diverged at step {cell.diverged_at}" if cell.status == "diverged"
                   else cell.status)
+        if cell.resumed_at:
+            times = len(cell.resumed_at)
+            status += f" (killed; resumed {'once' if times == 1 else f'{times} times'})"
         row = [SCHEMES.get(cell.scheme, cell.scheme), f"{cell.depth}+{cell.depth}",
                *[{"warm-up": cell.warmup, "seed": cell.seed}[k] for k in extra], status,
                _fmt(cell.final_loss, 3), _fmt(cell.val_loss, 3), _fmt(cell.bleu),
@@ -472,13 +497,16 @@ def render(cells: list[Cell]) -> str:
         "with the best validation loss is scored on test2016 with beam 5 (length penalty 0.6) "
         "and greedy search. Each cell is also measured by `normzoo diagnose` at initialisation "
         "and at its last checkpoint, on the same first training batch. The studies (the third "
-        "adds seeds 2 and 3 of the two cells the fifth claim compares):", "",
+        "adds seeds 2 and 3 of the two cells the fifth claim compares; the order of a "
+        "`--set`'s values only decides which cells run first):", "",
         *[f"```bash\n{command}\n```\n" for command in COMMANDS.values()],
         f"Machine: a 2-core CPU, no GPU (none was lent to this study). Cells: {len(cells)} of "
         f"{planned}; their wall times add up to {wall / 3600:.1f} h, and with the sweeps "
         f"side by side (one thread each) the study took {elapsed / 3600:.1f} h. Seeds: {seeds}; "
         "where there is one, a BLEU difference below about 0.5 is within what another seed "
-        "could move.", "",
+        "could move. A cell's wall time is its process's, from start to test; for a cell "
+        "killed and resumed (its status says so) the earlier processes' training time up to "
+        "their last logged step is added.", "",
         "sacreBLEU: " + (", ".join(f"`{s}`" for s in signatures) or "–"), "",
         "## Verdicts", "",
     ]

@@ -132,3 +132,27 @@ def test_the_ceiling_claim_weighs_the_seeds(report):
     assert "Post-LN ends higher than Pre-LN: **not shown**" in text
     assert "three for Post-LN 6+6, warm-up 200 and Pre-LN 6+6, warm-up 200" in text
     assert "| Post-LN | 6+6 | 200 | 3 | ok |" in text
+
+
+def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_path: Path):
+    """summary.json times only the process that finished; the earlier one's training time
+    (ThroughputMonitor's train/time, restarting at the resume) is added, and the table says the
+    cell was resumed."""
+    original = _cell
+
+    def resumed_cell(folder: Path, *args, **kwargs) -> None:
+        original(folder, *args, **kwargs)
+        if folder.name == "post-18-0":  # killed after step 50 (at 240 s), resumed from step 50
+            _write_csv(folder / "logs" / "csv" / "metrics.csv",
+                       [{"step": s, "train/loss": 9.0 - s / 100, "train/time": t, "val/loss": ""}
+                        for s, t in ((25, 120.0), (50, 240.0), (75, 130.0), (100, 250.0))])
+
+    globals()["_cell"] = resumed_cell
+    try:
+        text = report(FULL)
+    finally:
+        globals()["_cell"] = original
+    # 600 s in the finishing process + 240 s before the kill = 14.0 min; others stay 10.0.
+    assert "| Post-LN | 18+18 | 0 | ok (killed; resumed once) | 2.500 |" in text
+    assert "| 0.40 | -0.60 | 14.0 |" in text
+    assert "| Pre-LN | 18+18 | 0 | ok | 2.500 | 3.000 | 22.00 | 21.00 | 10.0 |" in text
