@@ -281,3 +281,50 @@ def test_sweep_diagnose_measures_each_cell_at_init_and_at_the_end(tmp_path):
         # Training moved the weights: the end differs from the start.
         assert table[0]["grad_norm"] != table[layers]["grad_norm"]
         assert (tmp_path / "sweep" / row["cell"] / "diagnose.md").is_file()
+
+
+def test_sweep_results_list_every_finished_cell_whatever_order_they_ran_in(tmp_path,
+                                                                           monkeypatch):
+    """A sweep started again with its values in another order (to run some cells first) still
+    writes every finished cell of the grid, in the grid's order, from the first cell it ends."""
+    import csv
+    import json
+
+    import yaml
+
+    from normzoo.diagnostics import sweep as sweeps
+
+    recipe = tiny_recipe(tmp_path / "unused")
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "sweep"
+    trained = []
+
+    def fake_cell(recipe_path, overrides, cell, out, steps, diagnose=False):
+        name = sweeps.cell_name(cell)
+        trained.append(name)
+        row = {"cell": name, **cell, "status": "ok", "steps": 4}
+        (out / name).mkdir(parents=True, exist_ok=True)
+        (out / name / "cell.json").write_text(json.dumps(row))
+        return row
+
+    def results() -> list[str]:
+        with open(out / "results.csv", newline="") as f:
+            return [row["cell"] for row in csv.DictReader(f)]
+
+    monkeypatch.setattr(sweeps, "run_cell", fake_cell)
+    monkeypatch.setattr(sweeps, "plot", lambda *a: None)
+    # A first sweep ran only the 18-layer cells.
+    sweeps.sweep(path, ["model.residual=post,pre", "model.encoder_layers=18"], [], out, None)
+    # The full grid, deep cells listed first: its results hold all four from the first write.
+    seen = []
+    monkeypatch.setattr(sweeps, "write_results",
+                        lambda rows, keys, out: seen.append([r["cell"] for r in rows]))
+    rows = sweeps.sweep(path, ["model.residual=post,pre", "model.encoder_layers=18,6"], [], out,
+                        None)
+    assert [r["cell"] for r in rows] == ["residual-post_encoder_layers-18",
+                                         "residual-post_encoder_layers-6",
+                                         "residual-pre_encoder_layers-18",
+                                         "residual-pre_encoder_layers-6"]
+    assert seen[0] == ["residual-post_encoder_layers-18", "residual-pre_encoder_layers-18"]
+    assert seen[-1] == [r["cell"] for r in rows]

@@ -256,7 +256,8 @@ def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path,
 def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Path,
           steps: int | None, diagnose: bool = False) -> list[dict[str, Any]]:
     """Run the grid (skipping finished cells) and write the results and plots. The results
-    are rewritten as each cell finishes, so a sweep in progress can be read (and committed)."""
+    are rewritten as each cell finishes, with every finished cell of the grid, so a sweep in
+    progress can be read (and committed)."""
     from normzoo import recipe as recipes
 
     grid = parse_grid(settings)
@@ -265,9 +266,18 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     for cell in all_cells:  # validate every cell (on this machine) before training any of them
         recipes.load(recipe_path, [*overrides, *cell_overrides(cell)], machine=True)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
     for cell in all_cells:
-        rows.append(run_cell(recipe_path, overrides, cell, out, steps, diagnose))
-        write_results(rows, keys, out)
+        run_cell(recipe_path, overrides, cell, out, steps, diagnose)
+        write_results(finished(all_cells, out), keys, out)
+    rows = finished(all_cells, out)
     plot(rows, keys, out)
     return rows
+
+
+def finished(all_cells: list[dict[str, str]], out: Path) -> list[dict[str, Any]]:
+    """The rows of every finished cell, in the grid's order. Not only those this process has
+    reached: a cell may have been finished by an earlier sweep that listed the values in
+    another order (or by a second sweep over part of the grid), and the results should show it
+    as soon as it is there."""
+    records = (out / cell_name(cell) / "cell.json" for cell in all_cells)
+    return [json.loads(r.read_text(encoding="utf-8")) for r in records if r.is_file()]
