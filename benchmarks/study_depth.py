@@ -41,7 +41,7 @@ COMMANDS = {
                  "--set model.encoder_layers,model.decoder_layers=18,6 "
                  "--set optim.warmup_steps=200,0 --diagnose --out runs/study-depth/placement",
     "fixes": f"normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
-             "--set 'model.residual={name: admin, init: profiled},deepnorm,resi_dual,subln' "
+             "--set 'model.residual={name: admin, init: profiled},deepnorm,subln,resi_dual' "
              "--set model.encoder_layers,model.decoder_layers=18,6 --diagnose "
              "--out runs/study-depth/fixes",
     "seeds": f"normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
