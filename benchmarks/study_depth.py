@@ -298,9 +298,16 @@ def _pending(*cells: Cell | None) -> bool:
     return any(c is None or c.bleu is None for c in cells)
 
 
+def _at_init(cells: list[Cell], scheme: str) -> Cell | None:
+    """An 18+18 cell of ``scheme`` measured at initialisation. The warm-up does not touch the
+    initial weights (same seed; the diagnose tables are identical), so either cell serves."""
+    found = [find(cells, scheme, "18", warmup) for warmup in ("0", WARMUP)]
+    return next((c for c in found if c is not None and c.diagnose), None)
+
+
 def claim_gradients(cells: list[Cell]) -> tuple[str, str]:
-    post, pre = find(cells, "post", "18", "0"), find(cells, "pre", "18", "0")
-    if post is None or pre is None or not post.diagnose or not pre.diagnose:
+    post, pre = _at_init(cells, "post"), _at_init(cells, "pre")
+    if post is None or pre is None:
         return "not yet measured", ""
     text, shown = [], []
     for stack in ("encoder", "decoder"):

@@ -156,3 +156,11 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
     assert "| Post-LN | 18+18 | 0 | ok (killed; resumed once) | 2.500 |" in text
     assert "| 0.40 | -0.60 | 14.0 |" in text
     assert "| Pre-LN | 18+18 | 0 | ok | 2.500 | 3.000 | 22.00 | 21.00 | 10.0 |" in text
+
+
+def test_the_gradient_claim_reads_initialisation_from_either_warm_up(report):
+    """At initialisation the warm-up has not acted yet: a Pre-LN 18+18 cell with warm-up is
+    enough for claim 1 while the one without is still training."""
+    text = report({k: v for k, v in FULL.items() if k != ("pre", "18", "0")})
+    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
+    assert "### 2. Post-LN without warm-up fails with depth while Pre-LN trains: **not yet" in text
