@@ -509,9 +509,8 @@ def render(cells: list[Cell]) -> str:
         *[f"```bash\n{command}\n```\n" for command in COMMANDS.values()],
         f"Machine: a 2-core CPU, no GPU (none was lent to this study). Cells: {len(cells)} of "
         f"{planned}; their wall times add up to {wall / 3600:.1f} h, and with the sweeps "
-        f"side by side (one thread each) the study took {elapsed / 3600:.1f} h. Seeds: {seeds}; "
-        "where there is one, a BLEU difference below about 0.5 is within what another seed "
-        "could move. A cell's wall time is its process's, from start to test; for a cell "
+        f"side by side (one thread each) the study took {elapsed / 3600:.1f} h. Seeds: {seeds}. "
+        "A cell's wall time is its process's, from start to test; for a cell "
         "killed and resumed (its status says so) the earlier processes' training time up to "
         "their last logged step is added.", "",
         "sacreBLEU: " + (", ".join(f"`{s}`" for s in signatures) or "–"), "",
@@ -532,8 +531,10 @@ def render(cells: list[Cell]) -> str:
         "needs a longer warm-up than 200 steps shows here as failing, which is what claim 2 asks "
         "about, but claim 5 (Post-LN's ceiling) compares the two placements only at this "
         "schedule.",
-        "- **Seeds.** One per cell except where Study 3 adds two; a single cell's BLEU can move "
-        "by a few tenths with the seed (Study 3 measures how much for two of them).",
+        "- **Seeds.** One per cell except where Study 3 adds two; " + (
+            "how far the seeds disagree is in Study 3 below." if several else
+            "Study 3 has not run yet, so how far a cell's BLEU moves with the seed is not "
+            "measured here: read differences of a few tenths as noise."),
         "- **CPU.** No GPU was lent to this study, so it stops at 18+18 layers and d_model 128.",
         "",
     ]
