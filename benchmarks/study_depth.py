@@ -98,22 +98,22 @@ def _float(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _earlier_processes(losses: list[dict[str, str]]) -> tuple[float, list[int]]:
-    """The training time of the processes before the last, and the steps each later one resumed
-    at. ``summary.json`` times only the process that finished; a cell killed and resumed keeps
+def _earlier_processes(losses: list[dict[str, str]]) -> tuple[float, int]:
+    """The training time of the processes before the last, and how many times the cell was
+    resumed. ``summary.json`` times only the process that finished; a cell killed and resumed keeps
     its earlier rows in ``metrics.csv``, whose ``train/time`` (ThroughputMonitor's seconds since
     that process started training) restarts at each resume. Steps redone after a kill are not
     in the log, so the time they took is not counted."""
-    earlier, resumed_at, last = 0.0, [], None
+    earlier, resumes, last = 0.0, 0, None
     for row in losses:
         time = _float(row.get("train_time"))
         if time is None:
             continue
         if last is not None and time < last:
             earlier += last
-            resumed_at.append(int(row["step"]))
+            resumes += 1
         last = time
-    return earlier, resumed_at
+    return earlier, resumes
 
 
 class Cell:
@@ -138,7 +138,7 @@ class Cell:
         self.signature = test.get("signature", "")
         self.val_loss = _float((summary.get("validation") or {}).get("val/loss"))
         losses = _csv(folder / "loss.csv")
-        earlier, self.resumed_at = _earlier_processes(losses)
+        earlier, self.resumes = _earlier_processes(losses)
         wall = _float(summary.get("total_wall_s"))
         self.wall = None if wall is None else wall + earlier
         self.loss = [(int(r["step"]), _float(r["train_loss"])) for r in losses
@@ -458,9 +458,9 @@ def _table(cells: list[Cell], study: str) -> list[str]:
                        key=lambda c: (int(c.depth), c.scheme, c.warmup, c.seed)):
         status = (f"diverged at step {cell.diverged_at}" if cell.status == "diverged"
                   else cell.status)
-        if cell.resumed_at:
-            times = len(cell.resumed_at)
-            status += f" (killed; resumed {'once' if times == 1 else f'{times} times'})"
+        if cell.resumes:
+            times = "once" if cell.resumes == 1 else f"{cell.resumes} times"
+            status += f" (killed; resumed {times})"
         row = [SCHEMES.get(cell.scheme, cell.scheme), f"{cell.depth}+{cell.depth}",
                *[{"warm-up": cell.warmup, "seed": cell.seed}[k] for k in extra], status,
                _fmt(cell.final_loss, 3), _fmt(cell.val_loss, 3), _fmt(cell.bleu),

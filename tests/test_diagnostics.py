@@ -287,7 +287,6 @@ def test_sweep_results_list_every_finished_cell_whatever_order_they_ran_in(tmp_p
                                                                            monkeypatch):
     """A sweep started again with its values in another order (to run some cells first) still
     writes every finished cell of the grid, in the grid's order, from the first cell it ends."""
-    import csv
     import json
 
     import yaml
@@ -298,19 +297,12 @@ def test_sweep_results_list_every_finished_cell_whatever_order_they_ran_in(tmp_p
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(recipe))
     out = tmp_path / "sweep"
-    trained = []
-
     def fake_cell(recipe_path, overrides, cell, out, steps, diagnose=False):
         name = sweeps.cell_name(cell)
-        trained.append(name)
         row = {"cell": name, **cell, "status": "ok", "steps": 4}
         (out / name).mkdir(parents=True, exist_ok=True)
         (out / name / "cell.json").write_text(json.dumps(row))
         return row
-
-    def results() -> list[str]:
-        with open(out / "results.csv", newline="") as f:
-            return [row["cell"] for row in csv.DictReader(f)]
 
     monkeypatch.setattr(sweeps, "run_cell", fake_cell)
     monkeypatch.setattr(sweeps, "plot", lambda *a: None)

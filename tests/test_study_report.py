@@ -134,7 +134,8 @@ def test_the_ceiling_claim_weighs_the_seeds(report):
     assert "| Post-LN | 6+6 | 200 | 3 | ok |" in text
 
 
-def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_path: Path):
+def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(
+        report, monkeypatch: pytest.MonkeyPatch):
     """summary.json times only the process that finished; the earlier one's training time
     (ThroughputMonitor's train/time, restarting at the resume) is added, and the table says the
     cell was resumed."""
@@ -147,11 +148,8 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
                        [{"step": s, "train/loss": 9.0 - s / 100, "train/time": t, "val/loss": ""}
                         for s, t in ((25, 120.0), (50, 240.0), (75, 130.0), (100, 250.0))])
 
-    globals()["_cell"] = resumed_cell
-    try:
-        text = report(FULL)
-    finally:
-        globals()["_cell"] = original
+    monkeypatch.setitem(globals(), "_cell", resumed_cell)
+    text = report(FULL)
     # 600 s in the finishing process + 240 s before the kill = 14.0 min; others stay 10.0.
     assert "| Post-LN | 18+18 | 0 | ok (killed; resumed once) | 2.500 |" in text
     assert "| 0.40 | -0.60 | 14.0 |" in text

@@ -266,10 +266,11 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     for cell in all_cells:  # validate every cell (on this machine) before training any of them
         recipes.load(recipe_path, [*overrides, *cell_overrides(cell)], machine=True)
     out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
     for cell in all_cells:
         run_cell(recipe_path, overrides, cell, out, steps, diagnose)
-        write_results(finished(all_cells, out), keys, out)
-    rows = finished(all_cells, out)
+        rows = finished(all_cells, out)
+        write_results(rows, keys, out)
     plot(rows, keys, out)
     return rows
 
