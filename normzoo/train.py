@@ -41,15 +41,18 @@ def run(
 
     Under several processes only rank 0 creates and writes the run directory and returns the
     summary; the other ranks return None. ``resume`` (``auto`` or a checkpoint path) continues
-    a run in its own directory: model, optimizer, schedule and step count.
+    a run in its own directory: model, optimizer, schedule and step count. bf16 on a CPU
+    without bf16 instructions trains in float32 (:mod:`normzoo.run.precision`).
 
     Rank 0 holds the run directory's lock throughout (:mod:`normzoo.runlock`): a second process
     on a live run is refused before it reads or deletes anything. A SLURM job requeued after
     pre-emption runs the same command again and resumes by itself, as Lightning's does.
     """
+    from normzoo.run.precision import training_precision
     from normzoo.runlock import RunLock
 
     rank = global_rank()
+    recipe = training_precision(recipe, announce=rank == 0)
     run_dir = run_directory(recipe, recipe_path)
     if rank > 0:
         return _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume))

@@ -66,6 +66,7 @@ def assemble(
             activation=config.activation,
             fused_qkv=config.fused_qkv,
             bias=config.bias,
+            attention_impl=config.attention_impl,
         )
         stacks[info.stack] = (EncoderStack if info.stack == "encoder" else DecoderStack)(build)
     if config.family == "encoder":

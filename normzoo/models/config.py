@@ -64,6 +64,11 @@ class ModelConfig(BaseModel):
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_positions: int = Field(default=1024, gt=0)
     fused_qkv: bool = True
+    attention_impl: Literal["auto", "sdpa", "explicit"] = Field(
+        default="auto",
+        description="attention kernel: torch's SDPA, or matmul-softmax-matmul written out; auto "
+        "takes the explicit one on a CPU under bf16/fp16, where SDPA's backward is slow",
+    )
     bias: bool = True
     tie_output: bool = Field(default=True, description="output projection = token embedding")
     share_embeddings: bool = Field(

@@ -11,7 +11,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from normzoo.nn.attention import LayerCache, MultiheadAttention
+from normzoo.nn.attention import AttentionImpl, LayerCache, MultiheadAttention
+from normzoo.nn.dropout import Dropout
 from normzoo.nn.feedforward import FeedForward
 from normzoo.residual.base import ResidualScheme, Site, StackInfo, Stream, SublayerKind
 
@@ -39,11 +40,13 @@ class SublayerBuilder:
         activation: str,
         fused_qkv: bool,
         bias: bool,
+        attention_impl: AttentionImpl = "auto",
     ) -> None:
         self.scheme, self.stack, self.make_norm = scheme, stack, make_norm
         self.heads, self.ffn_dim, self.dropout = heads, ffn_dim, dropout
         self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
         self.activation, self.fused_qkv, self.bias = activation, fused_qkv, bias
+        self.attention_impl = attention_impl
 
     def _inner(self, site: Site, width: int) -> nn.Module | None:
         return self.make_norm(width) if self.scheme.inner_norm(site) else None
@@ -62,6 +65,7 @@ class SublayerBuilder:
             cross=cross,
             fused=self.fused_qkv,
             inner_norm=self._inner(site, self.stack.dim),
+            impl=self.attention_impl,
         )
         roles = attn.role_weights()
         self.scheme.init_weights(site, _prefixed(roles, "cross_") if cross else roles)
@@ -91,7 +95,7 @@ class EncoderLayer(nn.Module):
         self.self_attn_residual = build.residual(attn_site)
         self.ffn = build.feedforward(ffn_site)
         self.ffn_residual = build.residual(ffn_site)
-        self.dropout = nn.Dropout(build.dropout)
+        self.dropout = Dropout(build.dropout)
 
     def forward(self, x: Stream, padding_mask: torch.Tensor | None = None) -> Stream:
         x = self.self_attn_residual(
@@ -118,7 +122,7 @@ class DecoderLayer(nn.Module):
             self.cross_attn = self.cross_attn_residual = None
         self.ffn = build.feedforward(ffn_site)
         self.ffn_residual = build.residual(ffn_site)
-        self.dropout = nn.Dropout(build.dropout)
+        self.dropout = Dropout(build.dropout)
 
     def forward(
         self,

@@ -1,4 +1,12 @@
-"""Multi-head attention on torch's fused ``scaled_dot_product_attention``, with a key/value cache.
+"""Multi-head attention, with a key/value cache, on one of two kernels.
+
+``sdpa`` is torch's fused ``scaled_dot_product_attention``; ``explicit`` writes it out as matmul,
+masked softmax in float32, dropout and matmul. On a CPU under bf16/fp16, SDPA's backward is
+several times slower than its fp32 one (7x at the depth study's shapes on an AVX-512 EPYC,
+``benchmarks/precision.py``) and throws away what bf16 matrix products gain, while the explicit
+path runs its two matmuls in bf16 and is faster than fp32 SDPA. ``auto`` (the default) takes
+the explicit path exactly there, on a CPU tensor in bf16 or fp16, and SDPA everywhere else (GPU,
+float32), where SDPA's fused kernels are the fastest.
 
 Self-attention keeps q, k, v in one fused ``[3*dim, dim]`` matrix by default (one matmul), or
 three separate ones; cross-attention keeps q separate and k, v fused, since k and v are computed
@@ -10,10 +18,46 @@ when it is a slice.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from normzoo.nn.dropout import dropout as drop
+
+AttentionImpl = Literal["auto", "sdpa", "explicit"]
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def explicit_wanted(impl: AttentionImpl, q: torch.Tensor) -> bool:
+    """Whether ``impl`` runs the explicit path for queries ``q`` (``auto``: on a CPU in bf16/fp16,
+    where SDPA's backward is slow; see the module docstring)."""
+    if impl == "auto":
+        return q.device.type == "cpu" and q.dtype in LOW_PRECISION
+    return impl == "explicit"
+
+
+def explicit_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) masked) v, as ``scaled_dot_product_attention`` computes it.
+
+    ``mask`` is boolean (True = may attend) and broadcasts to ``[B, H, T, S]``. The softmax runs
+    in float32 whatever the inputs' dtype, as SDPA's fused kernels accumulate, and its result is
+    cast back so that the second matmul runs in the inputs' dtype (bf16 under autocast).
+    """
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
+    if dropout > 0.0:
+        weights = drop(weights, dropout)
+    return weights @ v
 
 
 @dataclass
@@ -93,12 +137,15 @@ class MultiheadAttention(nn.Module):
         cross: bool = False,
         fused: bool = True,
         inner_norm: nn.Module | None = None,
+        impl: AttentionImpl = "auto",
     ) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        if impl not in ("auto", "sdpa", "explicit"):
+            raise ValueError(f"impl {impl!r}: expected 'auto', 'sdpa' or 'explicit'")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
-        self.dropout, self.cross, self.fused = dropout, cross, fused
+        self.dropout, self.cross, self.fused, self.impl = dropout, cross, fused, impl
         if cross:
             self.q_proj = nn.Linear(dim, dim, bias=bias)
             self.kv_proj = nn.Linear(dim, 2 * dim, bias=bias)
@@ -179,7 +226,8 @@ class MultiheadAttention(nn.Module):
         is_causal = causal and not self.cross
         query_len, key_len = q.shape[2], k.shape[2]
         dropout = self.dropout if self.training else 0.0
-        if is_causal and key_padding_mask is None and query_len == key_len:
+        explicit = explicit_wanted(self.impl, q)
+        if is_causal and key_padding_mask is None and query_len == key_len and not explicit:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
         else:
             mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device)
@@ -189,7 +237,10 @@ class MultiheadAttention(nn.Module):
             empty = None if key_padding_mask is None else ~mask.any(dim=-1, keepdim=True)
             if empty is not None:
                 mask = mask | empty
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            if explicit:
+                out = explicit_attention(q, k, v, mask, dropout)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
             if empty is not None:
                 out = out.masked_fill(empty, 0.0)
         b, _, t, _ = out.shape

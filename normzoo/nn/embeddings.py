@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from normzoo.nn.dropout import Dropout
+
 
 def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
     """``[num_positions, dim]``: sin in the first half of the channels, cos in the second."""
@@ -56,7 +58,7 @@ class Embeddings(nn.Module):
             self.register_buffer(
                 "sinusoids", sinusoidal_table(max_positions, dim), persistent=False
             )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def position_table(self) -> torch.Tensor:
         return self.sinusoids if self.learned_positions is None else self.learned_positions.weight

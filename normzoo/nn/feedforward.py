@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normzoo.nn.dropout import Dropout
+
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 GATED = {"swiglu": F.silu, "geglu": F.gelu}
 
@@ -36,7 +38,7 @@ class FeedForward(nn.Module):
         self.ffn_in = nn.Linear(dim, hidden, bias=bias)
         self.ffn_gate = nn.Linear(dim, hidden, bias=bias) if self.gated else None
         self.ffn_out = nn.Linear(hidden, dim, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.inner_norm = inner_norm if inner_norm is not None else nn.Identity()
         self.reset_parameters()
 

@@ -39,6 +39,11 @@ def resume_checkpoint(run_dir: Path, resume: str) -> Path:
     return newest.path
 
 
+# Model keys that choose how the same function is computed, not which function or weights:
+# a run may resume with another value (e.g. the other attention kernel).
+COMPUTE_ONLY = frozenset({"attention_impl"})
+
+
 class ResumeError(NormzooError):
     """The checkpoint to resume from does not belong to this recipe's model or task."""
 
@@ -65,7 +70,7 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> None:
     # is not a difference when the checkpoint's model had the default.
     their_model = {**ModelConfig().model_dump(mode="json"), **their_model}
     for key in sorted(set(their_model) | set(our_model)):
-        if their_model.get(key) != our_model.get(key):
+        if key not in COMPUTE_ONLY and their_model.get(key) != our_model.get(key):
             differences.append(f"model.{key}: checkpoint {their_model.get(key)!r}, "
                                f"recipe {our_model.get(key)!r}")
     if differences:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
+
+from normzoo.nn.cross_entropy import smoothed_cross_entropy_sum
 
 
 class LossTerms(NamedTuple):
@@ -29,11 +30,12 @@ class LossTerms(NamedTuple):
 
 def token_terms(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int,
                 smoothing: float = 0.0, count_correct: bool = False) -> LossTerms:
-    """Cross-entropy of ``logits`` (computed in fp32) against ``labels``, skipping
-    ``ignore_index`` (padding, or the positions an MLM does not predict)."""
-    logits = logits.float()
-    loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=ignore_index,
-                               label_smoothing=smoothing, reduction="sum")
+    """Cross-entropy of ``logits`` (computed in fp32, a block of rows at a time: bf16 logits
+    are never copied whole to fp32) against ``labels``, skipping ``ignore_index`` (padding, or
+    the positions an MLM does not predict)."""
+    loss_sum = smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(),
+                                          ignore_index=ignore_index, smoothing=smoothing)
     targets = labels.ne(ignore_index)
+    # argmax of bf16 logits is that of their float32 copy: the cast changes no value.
     correct = (logits.argmax(dim=-1).eq(labels) & targets).sum() if count_correct else None
     return LossTerms(loss_sum, targets.sum(), correct)

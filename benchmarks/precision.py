@@ -1,0 +1,242 @@
+"""bf16-mixed against fp32 on a CPU: the training step through ``normzoo train``, and the kernels
+whose choice decides it.
+
+    python benchmarks/precision.py [--steps 60] [--pairs 3] [--threads 1]
+
+**Training.** The depth study's model (``recipes/studies/multi30k_depth.yaml``: d_model 128,
+6+6 layers, FFN 512, dropout 0.1, a 6,000-entry BPE, batches of up to 2,048 tokens) on Multi30k
+(``--data``), trained by ``normzoo train`` in a process of its own for ``--steps`` steps in
+``32-true`` and in ``bf16-mixed``, from the same seed, so on the same batches in the same order.
+The runs come in ``--pairs`` pairs, the two precisions taking turns (and turns at going first),
+so a slower minute of a shared machine hits both alike. Throughput is the target tokens over the
+training time from Lightning's ``ThroughputMonitor`` (validation and start-up excluded), between
+step 10 and the last step; the validation loss is the full validation split's at the last step.
+
+**Kernels**, at the study's shapes, forward and backward, one process: attention by torch's SDPA
+and by the explicit path (``model.attention_impl``), the vocabulary cross-entropy by
+``F.cross_entropy`` and by normzoo's blocked one, and dropout by ``F.dropout`` and by normzoo's.
+
+Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
+from common import MULTI30K, REPO, RESULTS, machine, machine_lines, table, write_report
+
+RECIPE = REPO / "recipes" / "studies" / "multi30k_depth.yaml"
+PRECISIONS = ("32-true", "bf16-mixed")
+TARGET = 1.7  # issue 23: bf16-mixed at least 1.7x fp32's target tokens/s
+SKIP = 10  # warm-up steps left out of the throughput
+
+
+# -- training through normzoo train -----------------------------------------------------------
+
+
+def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Path) -> dict:
+    command = [sys.executable, "-m", "normzoo.cli", "train", str(RECIPE), f"data.dir={data}",
+               f"trainer.precision={precision}", f"trainer.max_steps={steps}",
+               f"trainer.val_every_steps={steps}", "trainer.log_every_steps=1",
+               "trainer.loggers=[csv]", "eval.beam=1", f"run.dir={run_dir}", "--force"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
+    if done.returncode != 0:
+        raise SystemExit(f"normzoo train ({precision}) exited {done.returncode}:\n"
+                         f"{done.stderr[-3000:]}")
+    with open(run_dir / "logs" / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    progress = [(int(r["step"]), float(r["train/lengths"]), float(r["train/time"]))
+                for r in rows if r.get("train/lengths")]
+    first = next(p for p in progress if p[0] >= SKIP)
+    last = progress[-1]
+    val = [float(r["val/loss"]) for r in rows if r.get("val/loss")]
+    return {"precision": precision,
+            "tokens_per_s": (last[1] - first[1]) / (last[2] - first[2]),
+            "steps_timed": last[0] - first[0], "val_loss": val[-1],
+            "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def measure_training(args: argparse.Namespace) -> list[dict]:
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            order = PRECISIONS if pair % 2 == 0 else PRECISIONS[::-1]
+            for precision in order:
+                result = train_once(precision, args.steps, args.threads, args.data,
+                                    Path(tmp) / f"{precision}-{pair}")
+                result["pair"] = pair
+                print(f"pair {pair} {precision}: {result['tokens_per_s']:,.0f} tokens/s, "
+                      f"val loss {result['val_loss']:.4f}", file=sys.stderr)
+                runs.append(result)
+    return runs
+
+
+# -- kernels ----------------------------------------------------------------------------------
+
+
+def _time_ms(fn, reps: int = 20, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def measure_kernels() -> list[dict[str, Any]]:
+    import torch
+    import torch.nn.functional as F
+
+    from normzoo.nn.attention import explicit_attention
+    from normzoo.nn.cross_entropy import smoothed_cross_entropy_sum
+    from normzoo.nn.dropout import dropout
+
+    torch.manual_seed(0)
+    # A study batch: ~2,000 target tokens as 100 sentences of 20, 4 heads of 32, a 6,000 vocab.
+    b, h, t, d, vocab, tokens = 100, 4, 20, 32, 6000, 2000
+    mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    mask[::3, ..., -4:] = False
+    labels = torch.randint(1, vocab, (tokens,))
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        name = "fp32" if dtype is torch.float32 else "bf16"
+
+        def leaf(*shape, dtype=dtype):
+            return torch.randn(*shape).to(dtype).requires_grad_(True)
+
+        q, k, v = leaf(b, h, t, d), leaf(b, h, t, d), leaf(b, h, t, d)
+        logits, x = leaf(tokens, vocab), leaf(b, t, 128)
+
+        def sdpa(q=q, k=k, v=v):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+
+        def explicit(q=q, k=k, v=v):
+            explicit_attention(q, k, v, mask, 0.0).sum().backward()
+
+        def torch_ce(logits=logits):
+            F.cross_entropy(logits.float(), labels, ignore_index=0, label_smoothing=0.1,
+                            reduction="sum").backward()
+
+        def blocked_ce(logits=logits):
+            smoothed_cross_entropy_sum(logits, labels, ignore_index=0,
+                                       smoothing=0.1).backward()
+
+        def torch_dropout(x=x):
+            F.dropout(x, 0.1, True).sum().backward()
+
+        def our_dropout(x=x):
+            dropout(x, 0.1, True).sum().backward()
+
+        for kernel, ours, theirs in (("attention (SDPA / explicit)", explicit, sdpa),
+                                     ("cross-entropy, 6,000 vocab (F / blocked)", blocked_ce,
+                                      torch_ce),
+                                     ("dropout 0.1 (F / normzoo)", our_dropout, torch_dropout)):
+            rows.append({"kernel": kernel, "dtype": name, "torch_ms": _time_ms(theirs),
+                         "normzoo_ms": _time_ms(ours)})
+    return rows
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def summarise(runs: list[dict]) -> dict[str, Any]:
+    by = {p: [r for r in runs if r["precision"] == p] for p in PRECISIONS}
+    ratios = []
+    for pair in sorted({r["pair"] for r in runs}):
+        fp32 = next(r for r in by["32-true"] if r["pair"] == pair)
+        bf16 = next(r for r in by["bf16-mixed"] if r["pair"] == pair)
+        ratios.append(bf16["tokens_per_s"] / fp32["tokens_per_s"])
+    val = {p: statistics.mean(r["val_loss"] for r in by[p]) for p in PRECISIONS}
+    return {
+        "tokens_per_s": {p: statistics.median(r["tokens_per_s"] for r in by[p])
+                         for p in PRECISIONS},
+        "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+        "ratio_max": max(ratios), "ratios": ratios, "val_loss": val,
+        "val_loss_diff_pct": 100 * (val["bf16-mixed"] - val["32-true"]) / val["32-true"],
+    }
+
+
+def report(args: argparse.Namespace, info: dict, runs: list[dict], summary: dict,
+           kernels: list[dict]) -> list[str]:
+    met = "met" if summary["ratio_min"] >= TARGET else (
+        "met at the median, not in every pair" if summary["ratio_median"] >= TARGET
+        else "not met")
+    lines = [f"# bf16-mixed against fp32 through `normzoo train` ({args.steps} steps)", "",
+             *machine_lines(info), "",
+             f"`python benchmarks/precision.py --steps {args.steps} --pairs {args.pairs} "
+             f"--threads {args.threads}`: `{RECIPE.relative_to(REPO)}` on Multi30k, "
+             f"{args.threads} torch thread(s), the same seed and batches in both precisions; "
+             f"target tokens/s over steps {SKIP}-{args.steps} (training time only).", "",
+             "## Training", ""]
+    lines += table(["pair", "precision", "target tokens/s", f"val loss at step {args.steps}",
+                    "process wall (s)"],
+                   [[str(r["pair"]), r["precision"], f"{r['tokens_per_s']:,.0f}",
+                     f"{r['val_loss']:.4f}", f"{r['wall_s']:.0f}"] for r in runs])
+    tps = summary["tokens_per_s"]
+    lines += ["", f"- **bf16-mixed / fp32: {summary['ratio_median']:.2f}x** (median of "
+              f"{len(summary['ratios'])} pairs; min {summary['ratio_min']:.2f}, max "
+              f"{summary['ratio_max']:.2f}); median {tps['bf16-mixed']:,.0f} against "
+              f"{tps['32-true']:,.0f} target tokens/s. Target {TARGET}x: **{met}**.",
+              f"- Validation loss at step {args.steps}: bf16-mixed "
+              f"{summary['val_loss']['bf16-mixed']:.4f}, fp32 "
+              f"{summary['val_loss']['32-true']:.4f} "
+              f"({summary['val_loss_diff_pct']:+.2f}%; the target is within 3%).", "",
+              "## Kernels (forward + backward, median of 20, ms)", ""]
+    lines += table(["kernel", "dtype", "torch", "normzoo", "torch / normzoo"],
+                   [[k["kernel"], k["dtype"], f"{k['torch_ms']:.2f}", f"{k['normzoo_ms']:.2f}",
+                     f"{k['torch_ms'] / k['normzoo_ms']:.2f}"] for k in kernels])
+    lines += ["", "Attention is at 100 sentences x 20 positions x 4 heads of 32 with key "
+              "padding; the cross-entropy at 2,000 tokens x 6,000 entries, label smoothing "
+              "0.1; dropout at [100, 20, 128]. In bf16 the inputs are bf16 tensors, as "
+              "autocast hands them over."]
+    return lines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--data", type=Path, default=MULTI30K)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--kernels-only", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    info = machine(args.threads)
+    kernels = measure_kernels()
+    runs = [] if args.kernels_only else measure_training(args)
+    summary = summarise(runs) if runs else {}
+    out = args.out or RESULTS / "precision-cpu.md"
+    if runs:
+        write_report(out, report(args, info, runs, summary, kernels),
+                     {"machine": info, "steps": args.steps, "runs": runs, "summary": summary,
+                      "kernels": kernels})
+        print(out.read_text())
+    else:
+        for k in kernels:
+            print(k)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,365 @@
+"""The precision study's report: docs/precision.md and its plots, from what the sweeps wrote.
+
+    python benchmarks/study_precision.py [SWEEPS]     # default SWEEPS: runs/study-precision
+    python benchmarks/study_precision.py --render-only
+
+Does bf16-mixed training move what normzoo reports? The depth study's recipe
+(``recipes/studies/multi30k_depth.yaml``) is trained in ``32-true`` and in ``bf16-mixed``,
+Post-LN and Pre-LN, at 6+6 layers with three seeds (``shallow``) and at 18+18 with one
+(``deep``). **Collect** copies each cell's ``summary.json``, ``cell.json`` and the loss columns
+of its ``metrics.csv`` into ``docs/precision/data/``; **render** writes the report from those
+files alone, so every number in it is in the repository. Cells not yet run show as pending.
+
+The verdict follows the rule printed with it: bf16 moves a reading when the difference of the
+means (bf16 minus fp32) is larger than the seeds' spread (the larger of the two standard
+deviations over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "precision" / "data"
+FIGURES = ROOT / "docs" / "precision"
+REPORT = ROOT / "docs" / "precision.md"
+RECIPE = "recipes/studies/multi30k_depth.yaml"
+STUDIES = ("shallow", "deep")
+PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16-mixed"}
+SCHEMES = {"post": "Post-LN", "pre": "Pre-LN"}
+SEEDS = {"shallow": ("1", "2", "3"), "deep": ("1",)}
+DEPTH = {"shallow": "6+6", "deep": "18+18"}
+COMMANDS = {
+    "shallow": f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
+               "--set seed=1,2,3 --set model.residual=post,pre "
+               "--set trainer.precision=32-true,bf16-mixed --out runs/study-precision/shallow",
+    "deep": f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
+            "--set model.encoder_layers,model.decoder_layers=18 --set model.residual=post,pre "
+            "--set trainer.precision=32-true,bf16-mixed --out runs/study-precision/deep",
+}
+
+
+# -- collect ----------------------------------------------------------------------------------
+def collect(sweeps: Path) -> None:
+    """Copy what the report reads from each sweep folder into ``docs/precision/data``."""
+    for study in STUDIES:
+        source = sweeps / study
+        if not source.is_dir():
+            continue
+        for cell in sorted(p for p in source.iterdir() if (p / "cell.json").is_file()):
+            target = DATA / study / cell.name
+            target.mkdir(parents=True, exist_ok=True)
+            for name in ("cell.json", "summary.json"):
+                if (cell / name).is_file():
+                    shutil.copyfile(cell / name, target / name)
+            metrics = cell / "logs" / "csv" / "metrics.csv"
+            if metrics.is_file():
+                with open(metrics, newline="", encoding="utf-8") as f:
+                    rows = [{"step": r["step"], "train_loss": r.get("train/loss", ""),
+                             "val_loss": r.get("val/loss", "")}
+                            for r in csv.DictReader(f) if r.get("train/loss") or r.get("val/loss")]
+                with open(target / "loss.csv", "w", newline="", encoding="utf-8") as f:
+                    writer = csv.DictWriter(f, fieldnames=["step", "train_loss", "val_loss"])
+                    writer.writeheader()
+                    writer.writerows(rows)
+
+
+# -- the cells --------------------------------------------------------------------------------
+class Cell:
+    """One finished run: its study, scheme, precision, seed and what it measured."""
+
+    def __init__(self, study: str, folder: Path) -> None:
+        record = json.loads((folder / "cell.json").read_text(encoding="utf-8"))
+        summary_path = folder / "summary.json"
+        summary = (json.loads(summary_path.read_text(encoding="utf-8"))
+                   if summary_path.is_file() else {})
+        self.study, self.folder = study, folder
+        self.scheme = record.get("model.residual", "")
+        self.precision = record.get("trainer.precision", "")
+        self.seed = record.get("seed", "1")
+        self.status = record.get("status", "")
+        self.bleu = _float(record.get("test_bleu"))
+        # The lowest validation loss the run logged (the checkpoint the test scores);
+        # cell.json's metric_value is the last validation's.
+        validations = [v for _, v in self.losses("val_loss")]
+        self.best_val = min(validations) if validations else _float(record.get("metric_value"))
+        self.final_train = _float(record.get("final_train_loss"))
+        self.steps = record.get("steps")
+        self.wall_min = (summary["total_wall_s"] / 60 if "total_wall_s" in summary else None)
+        self.train_min = (summary["train_wall_s"] / 60 if "train_wall_s" in summary else None)
+        test = summary.get("test", {})
+        self.greedy = _float(test.get("greedy_bleu"))
+        self.signature = test.get("signature", "")
+
+    def losses(self, column: str) -> list[tuple[int, float]]:
+        path = self.folder / "loss.csv"
+        if not path.is_file():
+            return []
+        with open(path, newline="", encoding="utf-8") as f:
+            return [(int(r["step"]), float(r[column])) for r in csv.DictReader(f) if r[column]]
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_cells() -> list[Cell]:
+    return [Cell(study, folder) for study in STUDIES if (DATA / study).is_dir()
+            for folder in sorted((DATA / study).iterdir()) if (folder / "cell.json").is_file()]
+
+
+def group(cells: list[Cell], study: str, scheme: str, precision: str) -> list[Cell]:
+    return sorted((c for c in cells if (c.study, c.scheme, c.precision) == (study, scheme,
+                                                                             precision)),
+                  key=lambda c: c.seed)
+
+
+def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "pending" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(values: list[float], digits: int = 2) -> str:
+    mean, sd = mean_sd(values)
+    if mean is None:
+        return "pending"
+    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
+
+
+# -- verdicts ---------------------------------------------------------------------------------
+def compare(cells: list[Cell], study: str, scheme: str, attribute: str,
+            digits: int = 2) -> dict[str, Any]:
+    """bf16 minus fp32 in the mean of ``attribute`` over seeds, against the seeds' spread."""
+    values = {p: [getattr(c, attribute) for c in group(cells, study, scheme, p)
+                  if getattr(c, attribute) is not None] for p in PRECISIONS}
+    expected = len(SEEDS[study])
+    done = all(len(v) == expected for v in values.values())
+    means = {p: mean_sd(v)[0] for p, v in values.items()}
+    sds = [mean_sd(v)[1] for v in values.values()]
+    spread = max((s for s in sds if s is not None), default=None)
+    result = {"values": values, "done": done, "spread": spread, "diff": None, "moves": None}
+    if means["32-true"] is not None and means["bf16-mixed"] is not None:
+        result["diff"] = means["bf16-mixed"] - means["32-true"]
+        if spread is not None:
+            result["moves"] = abs(result["diff"]) > spread
+    return result
+
+
+def verdict_lines(cells: list[Cell]) -> tuple[list[str], bool | None]:
+    """One line per scheme and reading, and whether every reading at 6+6 is unmoved (None while
+    cells are pending)."""
+    lines, unmoved = [], []
+    for study in STUDIES:
+        for scheme, name in SCHEMES.items():
+            for attribute, what, digits in (("bleu", "test2016 BLEU (beam 5)", 2),
+                                            ("best_val", "best validation loss", 3)):
+                c = compare(cells, study, scheme, attribute)
+                if c["diff"] is None:
+                    lines.append(f"- {name} {DEPTH[study]}, {what}: pending.")
+                    continue
+                where = "" if c["done"] else " (not every seed has run yet)"
+                if c["spread"] is None:
+                    lines.append(f"- {name} {DEPTH[study]}, {what}: bf16 minus fp32 "
+                                 f"{c['diff']:+.{digits}f}, one seed per precision, so no "
+                                 f"spread of its own{where}.")
+                    continue
+                moved = "**moves it**" if c["moves"] else "does not move it"
+                lines.append(f"- {name} {DEPTH[study]}, {what}: bf16 minus fp32 "
+                             f"{c['diff']:+.{digits}f} against a seeds' spread of "
+                             f"{c['spread']:.{digits}f}: bf16 {moved}{where}.")
+                if study == "shallow":
+                    unmoved.append(None if not c["done"] else not c["moves"])
+    decided = None if (not unmoved or None in unmoved) else all(unmoved)
+    return lines, decided
+
+
+# -- plots ------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _smoothed(points: list[tuple[int, float]], width: int = 4) -> list[tuple[int, float]]:
+    out = []
+    for i in range(len(points)):
+        window = points[max(0, i - width + 1) : i + 1]
+        out.append((points[i][0], sum(v for _, v in window) / len(window)))
+    return out
+
+
+def plot_losses(cells: list[Cell]) -> str | None:
+    if not cells:
+        return None
+    plt = _plt()
+    panels = [(s, k) for s in STUDIES for k in SCHEMES]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True)
+    for ax, (study, scheme) in zip(axes, panels, strict=True):
+        for i, precision in enumerate(PRECISIONS):
+            for cell in group(cells, study, scheme, precision):
+                colour = f"C{i}"
+                train = _smoothed(cell.losses("train_loss"))
+                if train:
+                    ax.plot(*zip(*train, strict=True), color=colour, alpha=0.5, lw=1,
+                            label=f"{PRECISIONS[precision]} train" if cell.seed == "1" else None)
+                val = cell.losses("val_loss")
+                if val:
+                    ax.plot(*zip(*val, strict=True), "o--", color=colour, ms=4, lw=1,
+                            label=f"{PRECISIONS[precision]} validation"
+                            if cell.seed == "1" else None)
+        ax.set_title(f"{SCHEMES[scheme]} {DEPTH[study]}", fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("loss")
+    fig.tight_layout()
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    fig.savefig(FIGURES / "loss_curves.png", dpi=110)
+    plt.close(fig)
+    return "precision/loss_curves.png"
+
+
+# -- render -----------------------------------------------------------------------------------
+def results_table(cells: list[Cell], study: str) -> list[str]:
+    lines = ["| scheme | precision | seeds | test2016 BLEU (beam 5) | greedy BLEU | best val "
+             "loss | final train loss | wall time per cell (min) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for scheme, name in SCHEMES.items():
+        for precision, label in PRECISIONS.items():
+            group_ = group(cells, study, scheme, precision)
+            seeds = ", ".join(c.seed for c in group_) or "pending"
+            statuses = {c.status for c in group_} - {"ok"}
+            if statuses:
+                seeds += f" ({', '.join(sorted(statuses))})"
+            lines.append(
+                f"| {name} | {label} | {seeds} | "
+                f"{_ms([c.bleu for c in group_ if c.bleu is not None])} | "
+                f"{_ms([c.greedy for c in group_ if c.greedy is not None])} | "
+                f"{_ms([c.best_val for c in group_ if c.best_val is not None], 3)} | "
+                f"{_ms([c.final_train for c in group_ if c.final_train is not None], 3)} | "
+                f"{_ms([c.wall_min for c in group_ if c.wall_min is not None], 1)} |")
+    return lines
+
+
+def per_cell_table(cells: list[Cell]) -> list[str]:
+    lines = ["| depth | scheme | precision | seed | status | steps | BLEU | best val loss | "
+             "training (min) | cell wall (min) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in sorted(cells, key=lambda c: (c.study, c.scheme, c.seed, c.precision)):
+        lines.append(f"| {DEPTH[c.study]} | {SCHEMES.get(c.scheme, c.scheme)} | "
+                     f"{PRECISIONS.get(c.precision, c.precision)} | {c.seed} | {c.status} | "
+                     f"{c.steps} | {_fmt(c.bleu)} | {_fmt(c.best_val, 3)} | "
+                     f"{_fmt(c.train_min, 1)} | {_fmt(c.wall_min, 1)} |")
+    return lines
+
+
+def speed_lines(cells: list[Cell]) -> list[str]:
+    lines = []
+    for study in STUDIES:
+        times = {p: [c.train_min for c in cells if c.study == study and c.precision == p
+                     and c.train_min is not None] for p in PRECISIONS}
+        if all(times.values()):
+            fp32, bf16 = (statistics.mean(times[p]) for p in PRECISIONS)
+            lines.append(f"- {DEPTH[study]}: training (start to the end of fit, validation "
+                         f"included) {fp32:.1f} min in fp32 and {bf16:.1f} min in bf16-mixed "
+                         f"per cell on average: {fp32 / bf16:.2f}x.")
+    return lines or ["- pending."]
+
+
+def render(cells: list[Cell]) -> str:
+    expected = sum(len(SEEDS[s]) * len(SCHEMES) * len(PRECISIONS) for s in STUDIES)
+    verdicts, unmoved = verdict_lines(cells)
+    if unmoved is None:
+        conclusion = ("**Not decided yet**: the 6+6 cells of every seed have not all run. "
+                      "Until they have, the depth study stays in float32.")
+    elif unmoved:
+        conclusion = ("**bf16-mixed moves no 6+6 reading by more than the seeds' spread**, so "
+                      "the depth study may run in bf16-mixed; its report names each cell's "
+                      "precision.")
+    else:
+        conclusion = ("**bf16-mixed moves at least one 6+6 reading by more than the seeds' "
+                      "spread**, so the depth study stays in float32.")
+    signature = next((c.signature for c in cells if c.signature), "")
+    plot = plot_losses(cells)
+    lines = [
+        "# bf16-mixed against fp32: does the precision move normzoo's readings?", "",
+        "*Generated by `python benchmarks/study_precision.py` from the files the sweeps wrote "
+        "(`docs/precision/data/`); do not edit by hand.*", "",
+        "## How it was run", "",
+        f"The depth study's recipe, [`{RECIPE}`](../{RECIPE}) (Multi30k En→De, d_model 128, 4 "
+        "heads, FFN 512, dropout 0.1, a joint 6,000-entry BPE, batches of up to 2,048 tokens, "
+        "AdamW at peak 1e-3 with a 200-step warm-up and a cosine decay, no clipping, 1,000 steps, "
+        "label smoothing 0.1, the best validation loss scored on test2016 with beam 5), trained "
+        "once with `trainer.precision=32-true` and once with `bf16-mixed`: Post-LN and Pre-LN at "
+        "6+6 layers with seeds 1, 2 and 3, and at 18+18 layers with seed 1. Within a seed both "
+        "precisions see the same batches in the same order and start from the same weights. "
+        "Decoding for the test runs in float32 in every cell, so BLEU measures what training in "
+        "bf16 did to the weights.", "",
+        *[f"```bash\n{COMMANDS[s]}\n```\n" for s in STUDIES],
+        "Machine: a 2-core AMD EPYC (Zen 4, `avx512_bf16`), no GPU; each sweep one torch "
+        "thread, the two side by side. bf16-mixed is torch's CPU autocast with normzoo's "
+        "explicit attention path, blocked cross-entropy and CPU dropout "
+        "([benchmarks/results/precision-cpu.md](../benchmarks/results/precision-cpu.md)); "
+        "norm statistics in float32.", "",
+        f"Cells: {len(cells)} of {expected}." + (f" sacreBLEU: `{signature}`" if signature
+                                                  else ""), "",
+        "## Verdict", "",
+        "Rule: bf16 moves a reading where the difference of its mean over seeds from fp32's is "
+        "larger than the seeds' spread (the larger of the two standard deviations over "
+        "seeds). At 18+18 there is one seed per precision: the difference is shown, and read "
+        "against the 6+6 spread.", "",
+        *verdicts, "", conclusion, "",
+        "## Results", "",
+        "### 6+6 layers (seeds 1-3; mean ± standard deviation over seeds)", "",
+        *results_table(cells, "shallow"), "",
+        "### 18+18 layers (seed 1)", "",
+        *results_table(cells, "deep"), "",
+        "### Every cell", "",
+        *per_cell_table(cells), "",
+        "### Time", "",
+        *speed_lines(cells), "",
+        "Cell times are wall times of one-thread processes with the other sweep on the other "
+        "core; the step throughput on an otherwise idle core is in "
+        "[benchmarks/results/precision-cpu.md](../benchmarks/results/precision-cpu.md).", "",
+    ]
+    if plot:
+        lines += ["## Loss curves", "",
+                  "Training loss (each point the mean of four logged batches, thin lines, one "
+                  "per seed) and validation loss (dots; no dropout or label smoothing) by "
+                  "precision:", "", f"![loss curves]({plot})", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweeps", nargs="?", type=Path, default=ROOT / "runs" / "study-precision")
+    parser.add_argument("--render-only", action="store_true",
+                        help="render from docs/precision/data without collecting")
+    args = parser.parse_args(argv)
+    if not args.render_only:
+        collect(args.sweeps)
+    cells = load_cells()
+    REPORT.write_text(render(cells), encoding="utf-8")
+    print(f"{REPORT.relative_to(ROOT)}: {len(cells)} cells", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
