@@ -16,6 +16,10 @@ step 10 and the last step; the validation loss is the full validation split's at
 and by the explicit path (``model.attention_impl``), the vocabulary cross-entropy by
 ``F.cross_entropy`` and by normzoo's blocked one, and dropout by ``F.dropout`` and by normzoo's.
 
+**What bf16 can gain**: the study's matrix products in GFLOP/s in both dtypes, and one training
+step split by torch's profiler into matrix products and everything else; together they give the
+speed-up bf16 could reach on this CPU if it sped up only the matrix products.
+
 Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``.
 """
 
@@ -150,6 +154,71 @@ def measure_kernels() -> list[dict[str, Any]]:
     return rows
 
 
+def measure_gemm() -> list[dict[str, Any]]:
+    """GFLOP/s of the study's matrix products, fp32 against bf16: what bf16 can gain at most."""
+    import torch
+
+    rows = []
+    for m, k, n, what in ((2048, 128, 512, "FFN in"), (2048, 512, 128, "FFN out"),
+                          (2048, 128, 384, "fused q/k/v"), (2048, 128, 6000, "output "
+                                                                              "projection")):
+        rates = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+            out = torch.empty(m, n, dtype=dtype)
+            ms = _time_ms(lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
+            rates[str(dtype).split(".")[-1]] = 2 * m * k * n / ms / 1e6
+        rows.append({"shape": f"[{m}, {k}] x [{k}, {n}] ({what})", "fp32_gflops":
+                     rates["float32"], "bf16_gflops": rates["bfloat16"]})
+    return rows
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+              "aten::_scaled_dot_product_flash_attention_for_cpu",
+              "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def measure_breakdown(data: Path, steps: int = 6) -> dict[str, dict[str, float]]:
+    """Milliseconds per training step (forward, loss, backward, AdamW; no Lightning loop) in
+    matrix products and in everything else, per precision, from torch's profiler over
+    ``steps`` steps of the study's first batches."""
+    import torch
+    from torch.profiler import profile
+
+    from normzoo.recipe import load
+    from normzoo.tasks.datamodule import TextDataModule
+    from normzoo.tasks.translation import TranslationTask
+
+    recipe = load(RECIPE, [f"data.dir={data}"])
+    module = TextDataModule(recipe, None, show_progress=False)
+    module.setup("fit")
+    batches = iter(module.train_dataloader())
+    batches = [next(batches) for _ in range(steps + 2)]
+    result = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        task = TranslationTask(recipe, module.tokenizer.vocab_size).train()
+        optimizer = torch.optim.AdamW(task.parameters(), lr=1e-4)
+
+        def step(batch, task=task, optimizer=optimizer, precision=precision):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                terms = task.loss_terms(batch, 0.1)
+            (terms.loss_sum / terms.tokens).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        for batch in batches[:2]:
+            step(batch)
+        with profile() as prof:
+            for batch in batches[2:]:
+                step(batch)
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events) / steps / 1e3
+        matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / steps / 1e3
+        result[precision] = {"step_ms": total, "matmul_ms": matmul, "other_ms": total - matmul}
+    return result
+
+
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -171,7 +240,7 @@ def summarise(runs: list[dict]) -> dict[str, Any]:
 
 
 def report(args: argparse.Namespace, info: dict, runs: list[dict], summary: dict,
-           kernels: list[dict]) -> list[str]:
+           kernels: list[dict], gemm: list[dict], breakdown: dict) -> list[str]:
     met = "met" if summary["ratio_min"] >= TARGET else (
         "met at the median, not in every pair" if summary["ratio_median"] >= TARGET
         else "not met")
@@ -202,7 +271,28 @@ def report(args: argparse.Namespace, info: dict, runs: list[dict], summary: dict
     lines += ["", "Attention is at 100 sentences x 20 positions x 4 heads of 32 with key "
               "padding; the cross-entropy at 2,000 tokens x 6,000 entries, label smoothing "
               "0.1; dropout at [100, 20, 128]. In bf16 the inputs are bf16 tensors, as "
-              "autocast hands them over."]
+              "autocast hands them over.", "",
+              "## What bf16 can gain here", "",
+              "Matrix products at the study's shapes (median of 20, one thread):", ""]
+    lines += table(["product", "fp32 GFLOP/s", "bf16 GFLOP/s", "bf16 / fp32"],
+                   [[g["shape"], f"{g['fp32_gflops']:.0f}", f"{g['bf16_gflops']:.0f}",
+                     f"{g['bf16_gflops'] / g['fp32_gflops']:.2f}"] for g in gemm])
+    gain = statistics.median(g["bf16_gflops"] / g["fp32_gflops"] for g in gemm)
+    fp32, bf16 = breakdown["fp32"], breakdown["bf16"]
+    ceiling = fp32["step_ms"] / (fp32["matmul_ms"] / gain + fp32["other_ms"])
+    lines += ["", "One training step (forward, loss, backward, AdamW) without the Lightning "
+              "loop, by torch's profiler, milliseconds per step of about 2,000 target tokens:",
+              ""]
+    lines += table(["precision", "step", "matrix products", "everything else"],
+                   [[p, f"{b['step_ms']:.0f}", f"{b['matmul_ms']:.0f}", f"{b['other_ms']:.0f}"]
+                    for p, b in breakdown.items()])
+    lines += ["", f"- bf16 multiplies {gain:.2f}x as fast as fp32 here (median over the "
+              "products above). Were every fp32 matrix product that much faster and nothing "
+              f"else changed, a step would be {ceiling:.2f}x as fast: the ceiling of bf16 on "
+              f"this CPU for this model, since {fp32['other_ms'] / fp32['step_ms']:.0%} of the "
+              "fp32 step is not matrix products.",
+              f"- Measured in the same profile: {fp32['step_ms'] / bf16['step_ms']:.2f}x "
+              "(the profiler's own cost per operation included)."]
     return lines
 
 
@@ -223,18 +313,19 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     info = machine(args.threads)
-    kernels = measure_kernels()
-    runs = [] if args.kernels_only else measure_training(args)
-    summary = summarise(runs) if runs else {}
+    kernels, gemm = measure_kernels(), measure_gemm()
+    breakdown = measure_breakdown(args.data)
+    if args.kernels_only:
+        for row in [*kernels, *gemm, breakdown]:
+            print(row)
+        return 0
+    runs = measure_training(args)
+    summary = summarise(runs)
     out = args.out or RESULTS / "precision-cpu.md"
-    if runs:
-        write_report(out, report(args, info, runs, summary, kernels),
-                     {"machine": info, "steps": args.steps, "runs": runs, "summary": summary,
-                      "kernels": kernels})
-        print(out.read_text())
-    else:
-        for k in kernels:
-            print(k)
+    write_report(out, report(args, info, runs, summary, kernels, gemm, breakdown),
+                 {"machine": info, "steps": args.steps, "runs": runs, "summary": summary,
+                  "kernels": kernels, "gemm": gemm, "breakdown": breakdown})
+    print(out.read_text())
     return 0
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import shutil
 import statistics
@@ -63,10 +64,13 @@ def collect(sweeps: Path) -> None:
             if metrics.is_file():
                 with open(metrics, newline="", encoding="utf-8") as f:
                     rows = [{"step": r["step"], "train_loss": r.get("train/loss", ""),
-                             "val_loss": r.get("val/loss", "")}
-                            for r in csv.DictReader(f) if r.get("train/loss") or r.get("val/loss")]
+                             "val_loss": r.get("val/loss", ""),
+                             "train_time": r.get("train/time", "")}
+                            for r in csv.DictReader(f)
+                            if r.get("train/loss") or r.get("val/loss") or r.get("train/time")]
                 with open(target / "loss.csv", "w", newline="", encoding="utf-8") as f:
-                    writer = csv.DictWriter(f, fieldnames=["step", "train_loss", "val_loss"])
+                    writer = csv.DictWriter(f, fieldnames=["step", "train_loss", "val_loss",
+                                                           "train_time"])
                     writer.writeheader()
                     writer.writerows(rows)
 
@@ -93,7 +97,7 @@ class Cell:
         self.final_train = _float(record.get("final_train_loss"))
         self.steps = record.get("steps")
         self.wall_min = (summary["total_wall_s"] / 60 if "total_wall_s" in summary else None)
-        self.train_min = (summary["train_wall_s"] / 60 if "train_wall_s" in summary else None)
+        self.train_min, self.processes = self._training_minutes()
         test = summary.get("test", {})
         self.greedy = _float(test.get("greedy_bleu"))
         self.signature = test.get("signature", "")
@@ -103,7 +107,21 @@ class Cell:
         if not path.is_file():
             return []
         with open(path, newline="", encoding="utf-8") as f:
-            return [(int(r["step"]), float(r[column])) for r in csv.DictReader(f) if r[column]]
+            return [(int(r["step"]), float(r[column])) for r in csv.DictReader(f)
+                    if r.get(column)]
+
+    def _training_minutes(self) -> tuple[float | None, int]:
+        """Training time (Lightning's ThroughputMonitor: validation and start-up left out),
+        summed over the processes of a cell that was killed and resumed (each starts its clock
+        at 0), and how many processes it took."""
+        times = [t for _, t in self.losses("train_time")]
+        if not times:
+            return None, 0
+        total, processes = 0.0, 1
+        for before, after in itertools.pairwise(times):
+            if after < before:  # a resumed process
+                total, processes = total + before, processes + 1
+        return (total + times[-1]) / 60, processes
 
 
 def _float(value: Any) -> float | None:
@@ -228,7 +246,8 @@ def plot_losses(cells: list[Cell]) -> str | None:
         ax.set_title(f"{SCHEMES[scheme]} {DEPTH[study]}", fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     axes[0].set_ylabel("loss")
     fig.tight_layout()
     FIGURES.mkdir(parents=True, exist_ok=True)
@@ -240,7 +259,7 @@ def plot_losses(cells: list[Cell]) -> str | None:
 # -- render -----------------------------------------------------------------------------------
 def results_table(cells: list[Cell], study: str) -> list[str]:
     lines = ["| scheme | precision | seeds | test2016 BLEU (beam 5) | greedy BLEU | best val "
-             "loss | final train loss | wall time per cell (min) |",
+             "loss | final train loss | training per cell (min) |",
              "|---|---|---|---|---|---|---|---|"]
     for scheme, name in SCHEMES.items():
         for precision, label in PRECISIONS.items():
@@ -255,18 +274,18 @@ def results_table(cells: list[Cell], study: str) -> list[str]:
                 f"{_ms([c.greedy for c in group_ if c.greedy is not None])} | "
                 f"{_ms([c.best_val for c in group_ if c.best_val is not None], 3)} | "
                 f"{_ms([c.final_train for c in group_ if c.final_train is not None], 3)} | "
-                f"{_ms([c.wall_min for c in group_ if c.wall_min is not None], 1)} |")
+                f"{_ms([c.train_min for c in group_ if c.train_min is not None], 1)} |")
     return lines
 
 
 def per_cell_table(cells: list[Cell]) -> list[str]:
     lines = ["| depth | scheme | precision | seed | status | steps | BLEU | best val loss | "
-             "training (min) | cell wall (min) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "training (min) | processes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in sorted(cells, key=lambda c: (c.study, c.scheme, c.seed, c.precision)):
         lines.append(f"| {DEPTH[c.study]} | {SCHEMES.get(c.scheme, c.scheme)} | "
                      f"{PRECISIONS.get(c.precision, c.precision)} | {c.seed} | {c.status} | "
                      f"{c.steps} | {_fmt(c.bleu)} | {_fmt(c.best_val, 3)} | "
-                     f"{_fmt(c.train_min, 1)} | {_fmt(c.wall_min, 1)} |")
+                     f"{_fmt(c.train_min, 1)} | {c.processes} |")
     return lines
 
 
@@ -277,9 +296,8 @@ def speed_lines(cells: list[Cell]) -> list[str]:
                      and c.train_min is not None] for p in PRECISIONS}
         if all(times.values()):
             fp32, bf16 = (statistics.mean(times[p]) for p in PRECISIONS)
-            lines.append(f"- {DEPTH[study]}: training (start to the end of fit, validation "
-                         f"included) {fp32:.1f} min in fp32 and {bf16:.1f} min in bf16-mixed "
-                         f"per cell on average: {fp32 / bf16:.2f}x.")
+            lines.append(f"- {DEPTH[study]}: {fp32:.1f} min of training per cell in fp32 and "
+                         f"{bf16:.1f} min in bf16-mixed on average: {fp32 / bf16:.2f}x.")
     return lines or ["- pending."]
 
 
@@ -335,8 +353,10 @@ def render(cells: list[Cell]) -> str:
         *per_cell_table(cells), "",
         "### Time", "",
         *speed_lines(cells), "",
-        "Cell times are wall times of one-thread processes with the other sweep on the other "
-        "core; the step throughput on an otherwise idle core is in "
+        "Training time is Lightning's `ThroughputMonitor` clock (validation and start-up left "
+        "out), summed over the processes of a cell that was stopped and resumed; one thread, "
+        "with the other sweep on the other core. The throughput on an otherwise idle machine is "
+        "in "
         "[benchmarks/results/precision-cpu.md](../benchmarks/results/precision-cpu.md).", "",
     ]
     if plot:
