@@ -20,13 +20,17 @@ and by the explicit path (``model.attention_impl``), the vocabulary cross-entrop
 step split by torch's profiler into matrix products and everything else; together they give the
 speed-up bf16 could reach on this CPU if it sped up only the matrix products.
 
-Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``.
+Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``. ``--decode CKPT`` instead
+runs ``normzoo evaluate`` of a translation checkpoint on test2016 in fp32 and with ``--bf16``
+(beam 5 and greedy): BLEU, the sentences translated differently and the wall time, in
+``precision-decode-cpu.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import statistics
 import subprocess
@@ -219,6 +223,54 @@ def measure_breakdown(data: Path, steps: int = 6) -> dict[str, dict[str, float]]
     return result
 
 
+# -- decoding ---------------------------------------------------------------------------------
+
+
+def measure_decoding(checkpoint: Path, data: Path, threads: int) -> list[dict[str, Any]]:
+    """``normzoo evaluate`` of ``checkpoint`` on test2016 in fp32 and under ``--bf16``, beam 5
+    and greedy: BLEU, chrF and the command's wall time, each in a process of its own."""
+    rows = []
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for beam in (5, 1):
+            for bf16 in (False, True):
+                hyps = Path(tmp) / f"hyps-{beam}-{bf16}.txt"
+                command = [sys.executable, "-m", "normzoo.cli", "evaluate", str(checkpoint),
+                           "--data-dir", str(data), "--beam", str(beam), "--hyps", str(hyps),
+                           "--json", *(["--bf16"] if bf16 else [])]
+                started = time.perf_counter()
+                done = subprocess.run(command, env=env, capture_output=True, text=True,
+                                      cwd=REPO)
+                wall = time.perf_counter() - started
+                if done.returncode != 0:
+                    raise SystemExit(f"normzoo evaluate exited {done.returncode}:\n"
+                                     f"{done.stderr[-3000:]}")
+                result = json.loads(done.stdout)
+                rows.append({"beam": beam, "precision": "bf16" if bf16 else "fp32",
+                             "bleu": result["bleu"], "chrf": result["chrf"],
+                             "wall_s": round(wall, 1),
+                             "hypotheses": hyps.read_text(encoding="utf-8").splitlines()})
+    for row in rows:  # how many sentences bf16 translates differently from fp32
+        fp32 = next(r for r in rows if r["beam"] == row["beam"] and r["precision"] == "fp32")
+        row["differing_sentences"] = sum(a != b for a, b in zip(row["hypotheses"],
+                                                                fp32["hypotheses"], strict=True))
+    for row in rows:
+        del row["hypotheses"]
+    return rows
+
+
+def decoding_report(checkpoint: Path, info: dict, rows: list[dict]) -> list[str]:
+    lines = ["# Decoding in bf16 against fp32 (`normzoo evaluate --bf16`)", "",
+             *machine_lines(info), "", f"Checkpoint: `{checkpoint}`; test2016 (1,000 "
+             "sentences); each command a process of its own, its wall time start-up included.",
+             ""]
+    lines += table(["beam", "precision", "BLEU", "chrF", "sentences unlike fp32's",
+                    "wall (s)"],
+                   [[str(r["beam"]), r["precision"], f"{r['bleu']:.2f}", f"{r['chrf']:.2f}",
+                     str(r["differing_sentences"]), f"{r['wall_s']:.0f}"] for r in rows])
+    return lines
+
+
 # -- report -----------------------------------------------------------------------------------
 
 
@@ -304,6 +356,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, default=MULTI30K)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--kernels-only", action="store_true")
+    parser.add_argument("--decode", type=Path, default=None, metavar="CKPT",
+                        help="instead: compare evaluate in fp32 and --bf16 on this checkpoint")
     return parser.parse_args(argv)
 
 
@@ -313,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     info = machine(args.threads)
+    if args.decode is not None:
+        rows = measure_decoding(args.decode, args.data, args.threads)
+        out = args.out or RESULTS / "precision-decode-cpu.md"
+        write_report(out, decoding_report(args.decode, info, rows),
+                     {"machine": info, "checkpoint": str(args.decode), "rows": rows})
+        print(out.read_text())
+        return 0
     kernels, gemm = measure_kernels(), measure_gemm()
     breakdown = measure_breakdown(args.data)
     if args.kernels_only:

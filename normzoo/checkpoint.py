@@ -48,8 +48,10 @@ class Loaded:
     source: str = ""
 
     def translate(self, sentences: list[str], *, beam: int | None = None,
-                  lenpen: float | None = None, max_tokens: int = 4096) -> list[str]:
-        """Translations of raw ``sentences`` (detokenized), in order."""
+                  lenpen: float | None = None, max_tokens: int = 4096,
+                  bf16: bool = False) -> list[str]:
+        """Translations of raw ``sentences`` (detokenized), in order; with ``bf16``, under bf16
+        autocast (the beam's log-probabilities are still summed in float32)."""
         from normzoo.data.examples import ParallelData
         from normzoo.evaluate import translate_dataset
 
@@ -59,7 +61,9 @@ class Loaded:
         ids = self.tokenizer.encode_batch(sentences)
         limit = self.model.config.max_positions
         data = ParallelData.build(ids, [[] for _ in ids], limit, drop_long=False)
-        return translate_dataset(self.model, self.tokenizer, data, config, max_tokens)
+        device = next(self.model.parameters()).device.type
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            return translate_dataset(self.model, self.tokenizer, data, config, max_tokens)
 
     def generate(self, prompts: list[str], *, max_new_tokens: int = 50,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,

@@ -88,6 +88,32 @@ def test_evaluate_bleu_equals_sacrebleu_on_the_written_hypotheses(ckpt, test_fil
     assert report["bleu"] > 0.0 and report["chrf"] > 10.0
 
 
+def test_evaluate_in_bf16_decodes_under_autocast_and_says_so(ckpt, test_files, tmp_path):
+    """--bf16 decodes under bf16 autocast: the model's products run in bf16 (so the hypotheses
+    may differ from fp32's in places) while the beam's scores stay float32; on this trained
+    tiny model both score alike."""
+    src, ref = test_files
+    reports = {}
+    for flag in ([], ["--bf16"]):
+        result = runner.invoke(app, ["evaluate", str(ckpt), "--src", str(src), "--ref",
+                                     str(ref), "--hyps", str(tmp_path / "h.txt"), "--json",
+                                     *flag])
+        assert result.exit_code == 0, result.output
+        reports[bool(flag)] = json.loads(result.output)
+    assert (reports[False]["precision"], reports[True]["precision"]) == ("fp32", "bf16")
+    assert reports[True]["bleu"] == pytest.approx(reports[False]["bleu"], abs=5.0)
+    assert reports[True]["bleu"] > 0.0
+    plain = runner.invoke(app, ["evaluate", str(ckpt), "--src", str(src), "--ref", str(ref),
+                                "--hyps", str(tmp_path / "h.txt"), "--bf16"])
+    assert "beam 1, bf16," in plain.output
+    loaded = load_checkpoint(ckpt)
+    seen = set()
+    linear = loaded.model.decoder.layers[0].ffn.ffn_in
+    linear.register_forward_hook(lambda module, args, out: seen.add(out.dtype))
+    loaded.translate(src.read_text(encoding="utf-8").splitlines()[:2], bf16=True)
+    assert seen == {torch.bfloat16}
+
+
 def test_evaluate_on_a_split_of_the_recipe(ckpt, tmp_path):
     result = runner.invoke(app, ["evaluate", str(ckpt), "--split", "valid",
                                  "--hyps", str(tmp_path / "h.txt")])

@@ -24,6 +24,8 @@ def evaluate(
     beam: int = typer.Option(None, min=1, help="Beam size (default: the recipe's eval.beam)."),
     lenpen: float = typer.Option(None, min=0.0, help="Length penalty exponent."),
     batch_tokens: int = typer.Option(4096, min=1, help="Source tokens per decoding batch."),
+    bf16: bool = typer.Option(False, "--bf16", help="Decode under bf16 autocast (translation; "
+                              "on a CPU with bf16 instructions or a GPU)."),
     hyps: Path = typer.Option(None, help="Where to write hypotheses (default hyps.SPLIT.txt)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
@@ -62,17 +64,20 @@ def evaluate(
 
     config = loaded.eval_config(beam, lenpen)
     hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
-                                  max_tokens=batch_tokens)
+                                  max_tokens=batch_tokens, bf16=bf16)
     out = hyps or Path(f"hyps.{name}.txt")
     check_output_file(out, "--hyps")
     atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all
     result = score(hypotheses, references)
     report = {"checkpoint": str(checkpoint), "split": name, "beam": config.beam,
-              "lenpen": config.lenpen, "hypotheses": str(out), **result.as_dict()}
+              "lenpen": config.lenpen, "precision": "bf16" if bf16 else "fp32",
+              "hypotheses": str(out), **result.as_dict()}
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
+        precision = ", bf16" if bf16 else ""
         typer.echo(f"BLEU = {result.bleu:.2f}  chrF = {result.chrf:.2f}  "
-                   f"({result.sentences} sentences, beam {config.beam}, hypotheses in {out})")
+                   f"({result.sentences} sentences, beam {config.beam}{precision}, "
+                   f"hypotheses in {out})")
         typer.echo(f"BLEU signature: {result.bleu_signature}")
         typer.echo(f"chrF signature: {result.chrf_signature}")
