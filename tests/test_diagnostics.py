@@ -320,3 +320,62 @@ def test_sweep_results_list_every_finished_cell_whatever_order_they_ran_in(tmp_p
                                          "residual-pre_encoder_layers-6"]
     assert seen[0] == ["residual-post_encoder_layers-18", "residual-pre_encoder_layers-18"]
     assert seen[-1] == [r["cell"] for r in rows]
+
+
+@pytest.mark.parametrize("residual", ["rezero", "layerscale", "deepnorm", "admin", "sandwich"])
+def test_branch_ratio_compares_the_terms_as_the_scheme_sums_them(residual):
+    """ReZero adds a·f(x), LayerScale diag(l)·f(x), Sandwich LN(f(x)); DeepNorm and Admin scale
+    the stream (alpha·x, w⊙x). The ratio compares the terms as they are summed."""
+    torch.manual_seed(2)
+    model = assemble({"family": "encoder", "vocab_size": 40, "d_model": 16, "heads": 2,
+                      "ffn_dim": 32, "encoder_layers": 2, "dropout": 0.0,
+                      "residual": residual}).eval()
+    if residual == "rezero":  # a = 0 at init: give one connection a value to measure
+        model.encoder.layers[1].ffn_residual.a.data.fill_(0.25)
+    src = torch.randint(5, 40, (2, 6))
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    layer = model.encoder.layers[1]
+    layer.ffn_residual.register_forward_pre_hook(
+        lambda m, args: seen.__setitem__("x", args[0]))
+    layer.ffn.register_forward_hook(lambda m, args, out: seen.__setitem__("f", out))
+    with probe(model) as found:
+        model(src)
+    x, f = seen["x"], seen["f"]
+    res = layer.ffn_residual
+    if residual == "rezero":
+        stream_term, branch_term = x, 0.25 * f
+    elif residual == "layerscale":
+        stream_term, branch_term = x, res.scale * f
+    elif residual == "deepnorm":
+        stream_term, branch_term = res.alpha * x, f
+    elif residual == "admin":
+        stream_term, branch_term = res.omega * x, f
+    else:
+        stream_term, branch_term = x, res.norm_out(f)
+    expected = branch_term.detach().norm(dim=-1).mean() / stream_term.detach().norm(dim=-1).mean()
+    assert found.branch_ratio["encoder.layers.1.ffn"] == pytest.approx(expected.item(), rel=1e-5)
+    if residual == "rezero":  # every other connection still adds nothing
+        assert found.branch_ratio["encoder.layers.0.ffn"] == 0.0
+        assert found.branch_ratio["encoder.layers.1.self_attn"] == 0.0
+
+
+def test_diagnose_prints_a_zero_branch_ratio_for_rezero_at_initialisation(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"),
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "normzoo.cli", "diagnose",
+                           "recipes/quickstart.yaml", "model.residual=rezero",
+                           "data.train_limit=200", "--out", str(tmp_path / "diag")],
+                          capture_output=True, text=True, env=env, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| encoder.layers")
+            or line.startswith("| decoder.layers")]
+    assert rows
+    for row in rows:
+        ratios = [c.strip() for c in row.strip("|").split("|")[4:] if c.strip()]
+        assert ratios and all(r == "0.000" for r in ratios), row
+    assert "UserWarning" not in done.stderr

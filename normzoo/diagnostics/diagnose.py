@@ -164,6 +164,7 @@ def plot(results: dict[str, Measurements], out: Path) -> list[Path]:
     for filename, (metric, sublayer, ylabel, log) in PLOTS.items():
         fig, axes = plt.subplots(1, len(stacks), figsize=(5.5 * len(stacks), 4), squeeze=False)
         for ax, stack in zip(axes[0], stacks, strict=True):
+            positive = False
             for label, found in results.items():
                 points = sorted(
                     (layer, value) for name, value in getattr(found, metric).items()
@@ -172,10 +173,11 @@ def plot(results: dict[str, Measurements], out: Path) -> list[Path]:
                 if points:
                     ax.plot([p[0] + 1 for p in points], [p[1] for p in points], marker="o",
                             label=label)
+                    positive = positive or any(p[1] > 0 for p in points)
             ax.set_title(stack)
             ax.set_xlabel("layer")
             ax.set_ylabel(ylabel)
-            if log:
+            if log and positive:  # all zero (ReZero's branches at init): a linear axis
                 ax.set_yscale("log")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)

@@ -8,8 +8,10 @@ layer, ``encoder.layers.3.self_attn`` for a sublayer, the module path for a norm
 * ``stream_norm``: mean L2 norm of a layer's output stream (ResiDual: its Post-LN stream).
 * ``layer_cosine``: mean cosine similarity between a layer's input and output streams, i.e.
   between consecutive layers' outputs (layer 0: against the embeddings).
-* ``branch_ratio``: mean ||f(x)|| / mean ||x|| for a sublayer f and the stream x entering its
-  residual connection; shows how much each sublayer still changes the stream.
+* ``branch_ratio``: mean ||branch term|| / mean ||stream term|| of each residual connection, the
+  two terms as its scheme sums them (:meth:`~normzoo.residual.base.Residual.terms`): ||f(x)|| /
+  ||x|| for Pre-LN and Post-LN, ||a f(x)|| / ||x|| for ReZero (0 at init), ||f(x)|| / ||alpha
+  x|| for DeepNorm; shows how much each sublayer still changes the stream.
 * ``norm_input``: root mean square of what enters each norm.
 * ``grad_norm``: L2 norm of the gradients of a layer's and of a sublayer's parameters (its
   residual connection's norms and scales included).
@@ -95,6 +97,8 @@ def probe(model: nn.Module) -> Iterator[Measurements]:
     """Record forward measurements of everything run inside the block."""
     found = Measurements()
     branch: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    entering: dict[str, torch.Tensor] = {}  # the stream entering each residual connection
+    outputs: dict[str, torch.Tensor] = {}  # each sublayer's output
     handles = []
 
     def on_layer(name):
@@ -106,12 +110,21 @@ def probe(model: nn.Module) -> Iterator[Measurements]:
 
     def on_residual_input(name):
         def hook(module, args):
-            branch[name][1] = mean_norm(_stream(args[0]))
+            entering[name] = _stream(args[0])
         return hook
 
     def on_sublayer_output(name):
         def hook(module, args, output):
-            branch[name][0] = mean_norm(output)
+            outputs[name] = output
+        return hook
+
+    def on_residual_output(name):
+        def hook(module, args, output):
+            x, out = entering.pop(name, None), outputs.pop(name, None)
+            if x is not None and out is not None:
+                with torch.no_grad():
+                    stream_term, branch_term = module.terms(x, out)
+                branch[name] = [mean_norm(branch_term), mean_norm(stream_term)]
         return hook
 
     def on_norm(name):
@@ -125,6 +138,7 @@ def probe(model: nn.Module) -> Iterator[Measurements]:
             key = f"{name}.{kind}"
             handles.append(residual.register_forward_pre_hook(on_residual_input(key)))
             handles.append(module.register_forward_hook(on_sublayer_output(key)))
+            handles.append(residual.register_forward_hook(on_residual_output(key)))
     for name, module in model.named_modules():
         if isinstance(module, NORM_TYPES):
             handles.append(module.register_forward_pre_hook(on_norm(name)))

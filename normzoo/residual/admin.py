@@ -100,6 +100,9 @@ class AdminResidual(Residual):
             self.profiling.visit(self, x, branch)
         return self.norm(self.omega * x + branch)
 
+    def terms(self, x, branch):
+        return self.omega * x, branch
+
 
 class Admin(ResidualScheme):
     """Admin: x <- LN(w*x + f(x)), w from the depth (closed form) or profiled."""

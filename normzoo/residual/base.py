@@ -115,6 +115,16 @@ class Residual(nn.Module):
     def forward(self, x: Stream, f: Sublayer) -> Stream:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two terms the connection sums, from the stream ``x`` it receives and the output
+        ``branch`` of its sublayer: ``(stream term, branch term)``.
+
+        The diagnostics' branch ratio compares their sizes, so a scheme that scales either term
+        (ReZero's a, LayerScale's l, DeepNorm's alpha, Admin's w) or normalises the branch
+        (Sandwich) returns them as its formula adds them; the default is ``x + f(x)``.
+        """
+        return x, branch
+
 
 class StreamEnds(nn.Module):
     """The two ends of a stack: stream state from embeddings, output from the final state.

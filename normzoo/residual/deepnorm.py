@@ -56,6 +56,9 @@ class DeepNormResidual(Residual):
     def forward(self, x, f: Sublayer):
         return self.norm(self.alpha * x + f(x))
 
+    def terms(self, x, branch):
+        return self.alpha * x, branch
+
     def extra_repr(self) -> str:
         return f"alpha={self.alpha:.4f}"
 

@@ -42,6 +42,9 @@ class LayerScaleResidual(Residual):
     def forward(self, x, f: Sublayer):
         return x + self.scale * f(self.norm(x))
 
+    def terms(self, x, branch):
+        return x, self.scale * branch
+
 
 class LayerScale(ResidualScheme):
     """LayerScale (CaiT): x <- x + diag(l) f(LN(x)), l small at init, final LN."""

@@ -16,6 +16,9 @@ class ReZeroResidual(Residual):
     def forward(self, x, f: Sublayer):
         return x + self.a * f(x)
 
+    def terms(self, x, branch):
+        return x, self.a * branch
+
 
 class ReZero(ResidualScheme):
     """ReZero: x <- x + a*f(x), no norm, a initialised to 0."""

@@ -21,6 +21,9 @@ class SandwichResidual(Residual):
     def forward(self, x, f: Sublayer):
         return x + self.norm_out(f(self.norm_in(x)))
 
+    def terms(self, x, branch):
+        return x, self.norm_out(branch)
+
 
 class SandwichLN(ResidualScheme):
     """Sandwich-LN (CogView): x <- x + LN(f(LN(x))), final LN."""
