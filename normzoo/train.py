@@ -30,6 +30,7 @@ from normzoo.run.trainer import (
     close_loggers,
     global_rank,
     machine_failures,
+    stop_reason,
 )
 from normzoo.tasks import task_class
 
@@ -151,6 +152,7 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
             "recipe": str(recipe_path),
             "run_dir": str(run_dir),
             "steps": trainer.global_step,
+            "stopped": stop_reason(trainer, recipe),
             "train_wall_s": round(time.perf_counter() - started, 1),
             "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
             "validation": lm_validation if recipe.task != "translation" else {

@@ -207,3 +207,32 @@ def test_a_gpu_run_logs_mfu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         pytest.skip(f"Lightning does not know the peak FLOPs of {torch.cuda.get_device_name()}")
     assert set(mfu) == set(flops) == {1, 2, 3}
     assert mfu == pytest.approx({step: flops[step] / peak for step in flops})
+
+
+def test_the_logged_training_loss_is_the_token_mean_of_its_interval(tmp_path: Path,
+                                                                      monkeypatch):
+    """train/loss written every 3 updates (with 2 batches accumulated per update) is the token
+    mean over the 6 batches since the last write, computed from a run that logs every batch's
+    loss: the same seed, so the same batches and losses."""
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    rows = {}
+    for every, accumulate in ((1, 1), (3, 2), (1, 2)):
+        run_dir = tmp_path / f"log{every}-{accumulate}"
+        recipe = from_dict(tiny(run={"dir": str(run_dir)}, model={"dropout": 0.0},
+                                trainer={"max_steps": 6, "val_every_steps": 6,
+                                         "log_every_steps": every, "accumulate": accumulate}))
+        train.run(recipe, "tiny.yaml")
+        with open(run_dir / "logs" / "csv" / "metrics.csv", newline="") as f:
+            rows[every, accumulate] = list(csv.DictReader(f))
+    # Per update of 2 batches: the token mean of both (logged every update).
+    per_update = logged(rows[1, 2], "train/loss")
+    tokens = logged(rows[1, 2], "train/lengths")  # cumulative target tokens, per update
+    counts = {s: tokens[s] - tokens.get(s - 1, 0.0) for s in tokens}
+    interval = logged(rows[3, 2], "train/loss")
+    assert set(interval) == {2, 5}
+    for end in (2, 5):
+        steps = range(end - 2, end + 1)
+        want = sum(per_update[s] * counts[s] for s in steps) / sum(counts[s] for s in steps)
+        assert interval[end] == pytest.approx(want, rel=1e-5)
+    # Without accumulation, logging every step is each batch's own loss, as before.
+    assert set(logged(rows[1, 1], "train/loss")) == set(range(6))

@@ -19,7 +19,7 @@ from typing import Any
 from normzoo.atomic import atomic_write_text, save_figure
 from normzoo.errors import ConfigError, Problem
 
-FIELDS = ["cell", "status", "diverged_at_step", "steps", "final_train_loss", "metric",
+FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
           "metric_value", "test_bleu"]
 
 
@@ -126,11 +126,13 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
     try:
         summary = run(resolved, recipe_path, force=resume is None, resume=resume)
         row.update(status="ok", diverged_at_step="", steps=summary["steps"],
+                   stopped=summary.get("stopped", ""),
                    metric_value=summary["validation"].get(metric, ""),
                    test_bleu=summary.get("test", {}).get("bleu", ""))
     except DivergenceError as error:
         step = re.search(r"diverged at step (\d+)", str(error))
-        row.update(status="diverged", diverged_at_step=int(step.group(1)) if step else "",
+        row.update(status="diverged", stopped="diverged",
+                   diverged_at_step=int(step.group(1)) if step else "",
                    steps=int(step.group(1)) if step else "", metric_value="", test_bleu="")
     row["final_train_loss"] = final_train_loss(run_dir)
     if diagnose:

@@ -165,6 +165,15 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
                             _flush_logs_callback(), _learning_rate_callback(),
                             _throughput_callback()]
+    if t.early_stopping is not None:
+        from lightning.pytorch.callbacks import EarlyStopping
+
+        # At validation (every val_every_steps), never at an epoch's end: token-budget epochs
+        # are no unit a recipe counts in.
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode,
+                                       patience=t.early_stopping.patience,
+                                       min_delta=t.early_stopping.min_delta,
+                                       check_on_train_epoch_end=False))
     diagnostics = recipe.diagnostics
     if diagnostics.guard or diagnostics.max_loss is not None:
         from normzoo.diagnostics.callbacks import DivergenceGuard
@@ -210,6 +219,28 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
             f"num_nodes={t.num_nodes}, strategy={t.strategy}, precision={t.precision}) cannot "
             f"run on this machine: {error}"
         ) from None
+
+
+def stop_reason(trainer: Any, recipe: Recipe) -> str:
+    """Why ``fit`` ended, in words for ``summary.json``: converged (early stopping, with
+    Lightning's own account), the step cap, the time limit or the epoch limit."""
+    from lightning.pytorch.callbacks import EarlyStopping, Timer
+    from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
+
+    for callback in trainer.callbacks:
+        if (isinstance(callback, EarlyStopping)
+                and callback.stopping_reason is not EarlyStoppingReason.NOT_STOPPED):
+            message = callback.stopping_reason_message or callback.stopping_reason.value
+            return f"early stopping: {message.removesuffix(' Signaling Trainer to stop.')}"
+    if trainer.global_step >= recipe.trainer.max_steps:
+        return f"step cap: trainer.max_steps={recipe.trainer.max_steps}"
+    for callback in trainer.callbacks:
+        if isinstance(callback, Timer) and callback.time_remaining() is not None and (
+                callback.time_remaining() <= 0):
+            return f"time limit: trainer.max_time={recipe.trainer.max_time}"
+    if recipe.trainer.max_epochs is not None:
+        return f"epoch limit: trainer.max_epochs={recipe.trainer.max_epochs}"
+    return "fit ended"
 
 
 @contextlib.contextmanager

@@ -62,6 +62,8 @@ class NormzooTask(L.LightningModule):
         self._flops_measured = False
         self._batch_tokens = 0  # tokens of the training batch being processed
         self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
+        # Summed token loss and tokens of the batches since train/loss was last written.
+        self._interval = (torch.zeros(()), torch.zeros((), dtype=torch.long))
         self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
 
     def logits(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -164,10 +166,29 @@ class NormzooTask(L.LightningModule):
         smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
         terms = self.loss_terms(batch, smoothing)
         self.last_loss = terms.mean.detach()
-        self.log("train/loss", self.last_loss, prog_bar=True, on_step=True, on_epoch=False,
-                 batch_size=sentences(batch))
+        self._log_interval_loss(terms, batch)
         self._batch_tokens = tokens(batch)
         return self.global_token_mean(terms.loss_sum, terms.tokens)
+
+    def _log_interval_loss(self, terms: LossTerms, batch: dict[str, Any]) -> None:
+        """Log ``train/loss`` as the token mean over every batch since it was last written
+        (``trainer.log_every_steps`` updates, accumulated batches included, all processes), not
+        the loss of the one batch at the logged step: what a comparison between runs reads
+        should not be one batch's noise."""
+        loss_sum, count = self._interval
+        loss_sum = loss_sum.to(terms.loss_sum.device) + terms.loss_sum.detach().float()
+        count = count.to(terms.tokens.device) + terms.tokens.detach()
+        self._interval = (loss_sum, count)
+        if self._trainer is not None and (self.trainer.fit_loop._should_accumulate()
+                                          or not self.trainer._logger_connector.should_update_logs):
+            return  # Lightning writes a step's metrics at its last batch, every log interval
+        if self._trainer is not None and self.trainer.world_size > 1:
+            loss_sum = self.trainer.strategy.reduce(loss_sum, reduce_op="sum")
+            count = self.trainer.strategy.reduce(count.float(), reduce_op="sum")
+        self.log("train/loss", loss_sum / count.clamp(min=1), prog_bar=True, on_step=True,
+                 on_epoch=False, batch_size=sentences(batch))
+        self._interval = (torch.zeros_like(self._interval[0]),
+                          torch.zeros_like(self._interval[1]))
 
     # -- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self):

@@ -1,0 +1,52 @@
+"""Early stopping (``trainer.early_stopping``, Lightning's ``EarlyStopping``) and the reason a
+run ended, as ``summary.json`` and the sweep's results record it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tiny import tiny
+
+from normzoo import train
+from normzoo.errors import ConfigError
+from normzoo.recipe import from_dict, load
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+
+def _run(tmp_path: Path, **trainer) -> dict:
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            trainer={"max_steps": 8, "val_every_steps": 1, **trainer}))
+    return train.run(recipe, "tiny.yaml")
+
+
+def test_a_run_without_improvement_stops_after_its_patience(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    # No change of the validation loss counts as an improvement: the first validation sets the
+    # best, the next two do not improve on it, and the run stops at the third.
+    summary = _run(tmp_path, early_stopping={"patience": 2, "min_delta": 100.0})
+    assert summary["steps"] == 3
+    assert summary["stopped"].startswith("early stopping: Monitored metric val/loss did not "
+                                         "improve in the last 2 records")
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["stopped"] == summary["stopped"]
+
+
+def test_a_run_that_reaches_its_step_cap_says_so(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    summary = _run(tmp_path, max_steps=2, early_stopping={"patience": 5})
+    assert summary["steps"] == 2 and summary["stopped"] == "step cap: trainer.max_steps=2"
+
+
+def test_early_stopping_settings_are_checked_with_the_recipe(tmp_path: Path):
+    path = tmp_path / "r.yaml"
+    path.write_text("task: translation\n")
+    with pytest.raises(ConfigError) as error:
+        load(path, ["trainer.early_stopping.patience=0", "trainer.early_stopping.min_delta=-1"])
+    text = str(error.value)
+    assert "trainer.early_stopping.patience" in text and "trainer.early_stopping.min_delta" in text
+    recipe = load(path, ["trainer.early_stopping={patience: 4}"])
+    assert recipe.trainer.early_stopping.patience == 4
+    assert recipe.trainer.early_stopping.min_delta == 0.0
