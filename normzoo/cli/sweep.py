@@ -5,11 +5,17 @@ Training code loads inside the command, never at import.
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 import typer
 
 from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
+
+
+class Launcher(str, enum.Enum):
+    local = "local"
+    slurm = "slurm"
 
 
 @user_errors
@@ -23,14 +29,26 @@ def sweep(
         False, "--diagnose", help="Also measure every cell at initialisation and at its last "
         "checkpoint (gradient and stream norms, branch ratios, layer cosine by layer): "
         "diagnose.csv and diagnose.md in the cell's folder."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Cells running at once (local: "
+                             "the CPU cores shared among them; slurm: the array's parallelism)."),
+    launcher: Launcher = typer.Option(Launcher.local, help="Where cells run: this machine, or "
+                                      "SLURM jobs (through submitit)."),
+    slurm_partition: str = typer.Option(None, help="SLURM partition of each cell's job."),
+    slurm_time: int = typer.Option(24 * 60, min=1, help="SLURM time limit per cell, minutes."),
+    slurm_gpus: int = typer.Option(0, min=0, help="GPUs per cell's SLURM job."),
+    slurm_cpus: int = typer.Option(4, min=1, help="CPUs per cell's SLURM job."),
 ) -> None:
     """Train every combination of the --set values; finished cells are skipped on a re-run.
     Writes results.csv/.md (final loss, metric, diverged and when) and loss/stability plots."""
+    from normzoo.diagnostics.launch import Slurm
     from normzoo.diagnostics.sweep import sweep as run_sweep
 
     folder = out or Path("runs") / f"sweep-{recipe.stem}"
+    slurm = Slurm(partition=slurm_partition, time_min=slurm_time, gpus=slurm_gpus,
+                  cpus=slurm_cpus)
     with file_system_failures():
-        rows = run_sweep(recipe, set_, overrides or [], folder, steps, diagnose)
+        rows = run_sweep(recipe, set_, overrides or [], folder, steps, diagnose, jobs=jobs,
+                         launcher=launcher.value, slurm=slurm)
     typer.echo((folder / "results.md").read_text(encoding="utf-8"))
     diverged = sum(r["status"] == "diverged" for r in rows)
     typer.echo(f"{len(rows)} cells, {diverged} diverged; results in {folder}")

@@ -9,6 +9,7 @@ the sweep goes on. Results: ``results.csv``, ``results.md``, ``loss_curves.png``
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from normzoo.atomic import atomic_write_text, save_figure
+from normzoo.diagnostics.launch import Slurm, run_cells
+from normzoo.diagnostics.seeds import over_seeds
 from normzoo.errors import ConfigError, Problem
 
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
@@ -155,6 +158,7 @@ def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> Non
         cells_ = [row.get(k, "") for k in fields[1:]]
         lines.append("| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c)
                                        for c in cells_) + " |")
+    lines += over_seeds(rows, keys)
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n", "sweep results")
 
 
@@ -256,10 +260,11 @@ def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path,
 
 
 def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Path,
-          steps: int | None, diagnose: bool = False) -> list[dict[str, Any]]:
+          steps: int | None, diagnose: bool = False, *, jobs: int = 1, launcher: str = "local",
+          slurm: Slurm | None = None) -> list[dict[str, Any]]:
     """Run the grid (skipping finished cells) and write the results and plots. The results
     are rewritten as each cell finishes, with every finished cell of the grid, so a sweep in
-    progress can be read (and committed)."""
+    progress can be read (and committed). ``jobs`` cells run at once (:mod:`.launch`)."""
     from normzoo import recipe as recipes
 
     grid = parse_grid(settings)
@@ -268,13 +273,26 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     for cell in all_cells:  # validate every cell (on this machine) before training any of them
         recipes.load(recipe_path, [*overrides, *cell_overrides(cell)], machine=True)
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for cell in all_cells:
-        run_cell(recipe_path, overrides, cell, out, steps, diagnose)
-        rows = finished(all_cells, out)
-        write_results(rows, keys, out)
+    work = functools.partial(_cell_work, recipe_path=recipe_path, overrides=overrides, out=out,
+                             steps=steps, diagnose=diagnose)
+    todo = [cell for cell in all_cells if not (out / cell_name(cell) / "cell.json").is_file()]
+
+    def collect() -> None:
+        if rows := finished(all_cells, out):
+            write_results(rows, keys, out)
+
+    collect()
+    run_cells(todo, work, out, jobs=jobs, launcher=launcher, slurm=slurm, after_each=collect)
+    rows = finished(all_cells, out)
+    write_results(rows, keys, out)
     plot(rows, keys, out)
     return rows
+
+
+def _cell_work(cell: dict[str, str], *, recipe_path: Path, overrides: list[str], out: Path,
+               steps: int | None, diagnose: bool) -> dict[str, Any]:
+    """:func:`run_cell` with the cell first: what a launcher calls (picklable for submitit)."""
+    return run_cell(recipe_path, overrides, cell, out, steps, diagnose)
 
 
 def finished(all_cells: list[dict[str, str]], out: Path) -> list[dict[str, Any]]:

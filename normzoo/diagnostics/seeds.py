@@ -1,0 +1,51 @@
+"""A sweep's cells summarised over their seeds: mean ± standard deviation of each result per
+setting of the other axes, so a difference between settings can be read against the spread
+that the seed alone makes."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+SEED_AXIS = "seed"
+MEASURES = (("test_bleu", "test BLEU", 2), ("metric_value", "validation metric", 4),
+            ("final_train_loss", "final train loss", 4), ("steps", "steps", 0))
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def mean_sd(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for a single value)."""
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def over_seeds(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    """Markdown lines: one row per setting of the axes other than ``seed``, with the seeds
+    finished and mean ± sd of each measure over them; no lines without a seed axis."""
+    if SEED_AXIS not in keys:
+        return []
+    others = [k for k in keys if k != SEED_AXIS]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(str(row.get(k, "")) for k in others), []).append(row)
+    header = [*others, "seeds", "diverged", *(name for _, name, _ in MEASURES)]
+    lines = ["", "Over seeds (mean ± standard deviation of the finished, undiverged cells):", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for setting, members in groups.items():
+        ok = [r for r in members if r.get("status") == "ok"]
+        cells = [*setting, ", ".join(str(r.get(SEED_AXIS, "")) for r in members),
+                 str(len(members) - len(ok))]
+        for field, _, digits in MEASURES:
+            values = [v for v in (_number(r.get(field)) for r in ok) if v is not None]
+            if not values:
+                cells.append("")
+                continue
+            mean, sd = mean_sd(values)
+            cells.append(f"{mean:.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
