@@ -50,3 +50,25 @@ def test_early_stopping_settings_are_checked_with_the_recipe(tmp_path: Path):
     recipe = load(path, ["trainer.early_stopping={patience: 4}"])
     assert recipe.trainer.early_stopping.patience == 4
     assert recipe.trainer.early_stopping.min_delta == 0.0
+
+
+def test_the_average_of_the_last_checkpoints_is_scored_beside_the_best(tmp_path: Path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")}, eval={"average_last": 2},
+                            trainer={"max_steps": 4, "val_every_steps": 1,
+                                     "keep_checkpoints": 3}))
+    summary = train.run(recipe, "tiny.yaml")
+    averaged = summary["test"]["averaged"]
+    assert averaged["checkpoints"] == ["step-3.ckpt", "step-4.ckpt"]
+    assert 0.0 <= averaged["bleu"] <= 100.0
+    split = recipe.data.test_split
+    assert (tmp_path / "run" / f"hyps.{split}.average.txt").is_file()
+    assert (tmp_path / "run" / f"hyps.{split}.txt").is_file()
+
+
+def test_averaging_more_checkpoints_than_the_run_keeps_is_refused(tmp_path: Path):
+    path = tmp_path / "r.yaml"
+    path.write_text("task: translation\n")
+    with pytest.raises(ConfigError, match=r"eval.average_last: averages the newest 5"):
+        load(path, ["eval.average_last=5", "trainer.keep_checkpoints=2"])

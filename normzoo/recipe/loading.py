@@ -165,13 +165,14 @@ def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
     """The recipe-wide rules (:func:`~normzoo.recipe.schema.section_problems`) on what is left
     of an invalid recipe, each key's default standing in where it is missing."""
     model, trainer = _section(left, "model"), _section(left, "trainer")
-    data = _section(left, "data")
+    data, evaluation = _section(left, "data"), _section(left, "eval")
     residual = model.get("residual", "pre")
     name, init = ((residual.get("name"), residual.get("init")) if isinstance(residual, dict)
                   else (residual, None))
     return section_problems(left.get("task", "translation"), model.get("family"),
                             trainer.get("strategy", "auto"), name, init,
-                            data.get("streaming", False))
+                            data.get("streaming", False), evaluation.get("average_last", 1),
+                            trainer.get("keep_checkpoints", 5))
 
 
 def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:

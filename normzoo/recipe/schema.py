@@ -31,7 +31,7 @@ def family_problem(task: Any, family: Any) -> Problem | None:
 
 
 def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_init: Any,
-                     streaming: Any) -> list[Problem]:
+                     streaming: Any, average_last: Any = 1, keep: Any = 1) -> list[Problem]:
     """The rules that tie one section to another, on plain values (the loader also checks them
     on what is left of a recipe whose sections have problems of their own)."""
     problems = [family_problem(task, family)]
@@ -43,6 +43,10 @@ def section_problems(task: Any, family: Any, strategy: Any, residual: Any, resid
         problems.append(Problem("data.streaming", "streams causal_lm and mlm corpora; "
                                 "translation corpora are prepared once with `normzoo prepare` "
                                 "and memory-mapped"))
+    if isinstance(average_last, int) and isinstance(keep, int) and average_last > max(keep, 1):
+        problems.append(Problem("eval.average_last", f"averages the newest {average_last} "
+                                f"periodic checkpoints, but trainer.keep_checkpoints={keep} "
+                                "keeps fewer; raise trainer.keep_checkpoints"))
     return [problem for problem in problems if problem is not None]
 
 
@@ -250,6 +254,9 @@ class EvalConfig(_Section):
     max_len_b: int = Field(default=10, ge=0)
     valid_bleu: bool = Field(default=True, description="decode the validation split for BLEU")
     valid_bleu_limit: int | None = Field(default=None, gt=0, description="sentences decoded")
+    average_last: int = Field(
+        default=1, ge=1, description="also score the average of the newest N periodic "
+        "checkpoints on the test split (translation; needs trainer.keep_checkpoints >= N)")
 
 
 class DiagnosticsConfig(_Section):
@@ -298,7 +305,8 @@ class Recipe(_Section):
         residual = self.model.residual
         problems = section_problems(self.task, self.model.family, self.trainer.strategy,
                                     residual.name, residual.options.get("init"),
-                                    self.data.streaming)
+                                    self.data.streaming, self.eval.average_last,
+                                    self.trainer.keep_checkpoints)
         if problems:
             raise rule_error(*problems)
         return self

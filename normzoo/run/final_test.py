@@ -34,27 +34,47 @@ def test_language_model(recipe: Recipe, task, data,
 
 
 def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
-    """BLEU of the best checkpoint on the test split, decoded by rank 0 alone."""
+    """BLEU of the best checkpoint on the test split, decoded by rank 0 alone; with
+    ``eval.average_last`` N > 1, also of the average of the run's newest N periodic
+    checkpoints (fairseq's ``average_checkpoints``), under ``averaged``."""
     _load_best(task, trainer)
-    split = recipe.data.test_split
+    run_dir = Path(trainer.default_root_dir)
+    summary = _score_test(recipe, task.model, data, run_dir, "")
+    if recipe.eval.average_last > 1:
+        from normzoo.checkpointing import step_checkpoints
+        from normzoo.export import average_state
+
+        newest = [path for _, path in step_checkpoints(run_dir / "checkpoints")]
+        paths = newest[-recipe.eval.average_last:]
+        task.model.load_state_dict(average_state(paths))
+        averaged = _score_test(recipe, task.model, data, run_dir, ".average")
+        summary["averaged"] = {"checkpoints": [p.name for p in paths],
+                               **{k: averaged[k] for k in ("bleu", "chrf", "greedy_bleu")
+                                  if k in averaged}}
+    return summary
+
+
+def _score_test(recipe: Recipe, model, data, run_dir: Path, suffix: str) -> dict[str, Any]:
+    """Decode the test split with ``model`` (beam, and greedy beside it), score it and write
+    the hypotheses to ``hyps.<split><suffix>.txt``."""
     from normzoo.evaluate import translate_dataset
     from normzoo.scoring import score
 
+    split = recipe.data.test_split
     test = data.dataset("test")
     sources = data.sources["test"]
-    hyps = translate_dataset(task.model, data.tokenizer, test, recipe.eval,
-                             recipe.data.max_tokens)
+    hyps = translate_dataset(model, data.tokenizer, test, recipe.eval, recipe.data.max_tokens)
     refs = data.references["test"]
     result = score(hyps, refs)
     copy = score(sources, refs)
-    atomic_write_text(Path(trainer.default_root_dir) / f"hyps.{split}.txt",
-                      "\n".join(hyps) + "\n", "hypotheses")
+    atomic_write_text(run_dir / f"hyps.{split}{suffix}.txt", "\n".join(hyps) + "\n",
+                      "hypotheses")
     summary = {"split": split, "beam": recipe.eval.beam, "bleu": round(result.bleu, 2),
                "chrf": round(result.chrf, 2), "signature": result.bleu_signature,
                "copy_source_bleu": round(copy.bleu, 2), "sentences": result.sentences}
     if recipe.eval.beam > 1:  # the greedy score beside it shows what the beam search buys
         greedy = recipe.eval.model_copy(update={"beam": 1})
-        greedy_hyps = translate_dataset(task.model, data.tokenizer, test, greedy,
+        greedy_hyps = translate_dataset(model, data.tokenizer, test, greedy,
                                         recipe.data.max_tokens)
         summary["greedy_bleu"] = round(score(greedy_hyps, refs).bleu, 2)
     return summary
