@@ -301,6 +301,41 @@ def speed_lines(cells: list[Cell]) -> list[str]:
     return lines or ["- pending."]
 
 
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def benchmark_lines() -> list[str]:
+    """The step throughput and decoding measured by ``benchmarks/precision.py`` (its committed
+    JSON files), so this page holds speed and quality together."""
+    lines = []
+    speed = RESULTS / "precision-cpu.json"
+    if speed.is_file():
+        data = json.loads(speed.read_text(encoding="utf-8"))
+        s, tps = data["summary"], data["summary"]["tokens_per_s"]
+        lines += [f"- Training through `normzoo train` (`python benchmarks/precision.py`, "
+                  f"{data['steps']} steps, one thread, {len(s['ratios'])} pairs taking "
+                  f"turns): bf16-mixed {tps['bf16-mixed']:,.0f} against fp32 "
+                  f"{tps['32-true']:,.0f} target tokens/s, **{s['ratio_median']:.2f}x** "
+                  f"(pairs {s['ratio_min']:.2f}-{s['ratio_max']:.2f}); validation loss at the "
+                  f"last step {s['val_loss_diff_pct']:+.2f}% "
+                  f"([details](../benchmarks/results/precision-cpu.md))."]
+    decode = RESULTS / "precision-decode-cpu.json"
+    if decode.is_file():
+        data = json.loads(decode.read_text(encoding="utf-8"))
+        lines += [f"- Decoding test2016 with `normzoo evaluate --bf16` "
+                  f"(`python benchmarks/precision.py --decode CKPT`, `{data['checkpoint']}`):"]
+        for row in data["rows"]:
+            if row["precision"] != "bf16":
+                continue
+            fp32 = next(r for r in data["rows"] if r["beam"] == row["beam"]
+                        and r["precision"] == "fp32")
+            lines.append(f"  beam {row['beam']}: BLEU {row['bleu']:.2f} against fp32's "
+                         f"{fp32['bleu']:.2f}, {row['differing_sentences']} of 1,000 sentences "
+                         f"translated differently, {fp32['wall_s']:.0f} s against "
+                         f"{row['wall_s']:.0f} s.")
+    return lines or ["- Not measured yet (`python benchmarks/precision.py`)."]
+
+
 def render(cells: list[Cell]) -> str:
     expected = sum(len(SEEDS[s]) * len(SCHEMES) * len(PRECISIONS) for s in STUDIES)
     verdicts, unmoved = verdict_lines(cells)
@@ -353,6 +388,7 @@ def render(cells: list[Cell]) -> str:
         *per_cell_table(cells), "",
         "### Time", "",
         *speed_lines(cells), "",
+        *benchmark_lines(), "",
         "Training time is Lightning's `ThroughputMonitor` clock (validation and start-up left "
         "out), summed over the processes of a cell that was stopped and resumed; one thread, "
         "with the other sweep on the other core. The throughput on an otherwise idle machine is "
