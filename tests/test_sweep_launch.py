@@ -122,3 +122,40 @@ def test_results_give_mean_and_sd_over_seeds_per_setting():
     pre = next(line for line in lines if line.startswith("| pre |"))
     assert "| 1, 2 | 1 | 18.00 | 3.5000 |" in pre  # one undiverged seed: no spread
     assert over_seeds(rows, ["model.residual"]) == []
+
+
+def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from normzoo import train
+    from normzoo.cli import app
+    from normzoo.recipe import from_dict
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    runs = []
+    for seed in (1, 2):
+        run_dir = tmp_path / f"run{seed}"
+        train.run(from_dict(tiny(seed=seed, run={"dir": str(run_dir)},
+                                 trainer={"max_steps": 3, "val_every_steps": 3})), "tiny.yaml")
+        runs.append(run_dir)
+    runner = CliRunner()
+    result = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1]), "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    report = json.loads(result.output)
+    assert 0.0 <= report["p_value"] <= 1.0 and "bs:1000" in report["signature"]
+    assert report["sentences"] == 4  # tiny's valid_limit: the test split it translated
+    same = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[0])])
+    assert same.exit_code == 0 and "identical translations: no difference" in same.output
+    # Two seeds a side: translations and references concatenated, paired in order.
+    pooled = runner.invoke(app, ["compare", "-b", str(runs[0]), "-b", str(runs[1]),
+                                 "-s", str(runs[1]), "-s", str(runs[0]), "--json"])
+    assert json.loads(pooled.output)["sentences"] == 8
+    uneven = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1]),
+                                 "-s", str(runs[0])])
+    assert uneven.exit_code == 2 and "as many of each" in uneven.output
+    (runs[1] / "hyps.test.txt").unlink()
+    missing = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1])])
+    assert missing.exit_code == 2 and "has no test translations" in missing.output
+    assert "Traceback" not in missing.output

@@ -17,6 +17,7 @@ import typer
 
 from normzoo import __version__
 from normzoo.cli import (
+    compare,
     diagnose,
     evaluate,
     export,
@@ -68,6 +69,7 @@ app.command("generate")(generate.generate)
 app.command("export")(export.export)
 app.command("diagnose")(diagnose.diagnose)
 app.command("sweep")(sweep.sweep)
+app.command("compare")(compare.compare)
 app.add_typer(recipe.app, name="recipe")
 
 

@@ -1,0 +1,91 @@
+"""Is one run's test BLEU better than another's beyond chance? sacreBLEU's paired bootstrap on
+the test translations the runs wrote (``hyps.<split>.txt``), over one seed or several.
+
+Several runs per side are paired in the order given (seed 1 with seed 1, ...): their
+translations are concatenated, each against its references, so the resampling draws
+sentence-and-seed pairs scored for both systems.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from normzoo.errors import NormzooError
+
+
+class CompareError(NormzooError):
+    """The runs cannot be compared (missing translations, other test sets)."""
+
+
+def _run(run_dir: Path) -> tuple[list[str], str, dict[str, Any]]:
+    """A finished translation run's test hypotheses, test split name and resolved recipe."""
+    import yaml
+
+    recipe_file = run_dir / "recipe.yaml"
+    if not recipe_file.is_file():
+        raise CompareError(f"{run_dir} is not a run directory (no recipe.yaml)")
+    recipe = yaml.safe_load(recipe_file.read_text(encoding="utf-8"))
+    if recipe.get("task") != "translation":
+        raise CompareError(f"{run_dir} is a {recipe.get('task')} run; compare scores "
+                           "translations")
+    split = recipe["data"]["test_split"]
+    hyps = run_dir / f"hyps.{split}.txt"
+    if not hyps.is_file():
+        raise CompareError(f"{run_dir} has no test translations ({hyps.name}): the run has "
+                           "not finished its final test")
+    return hyps.read_text(encoding="utf-8").splitlines(), split, recipe
+
+
+def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | None = None,
+                 samples: int = 1000) -> dict[str, Any]:
+    """Paired bootstrap of ``systems`` against ``baselines`` (as many of each, paired in
+    order) on their test translations; references from the baselines' recipe data
+    (``data_dir`` re-points a ``files`` corpus)."""
+    from normzoo.data.sources import load_parallel
+    from normzoo.recipe import from_dict
+    from normzoo.scoring import paired_bootstrap
+
+    if len(baselines) != len(systems) or not baselines:
+        raise CompareError(f"{len(baselines)} baseline and {len(systems)} system runs: give "
+                           "as many of each (one per seed, paired in order)")
+    base_hyps, sys_hyps, refs = [], [], []
+    for base_dir, sys_dir in zip(baselines, systems, strict=True):
+        base, split, recipe = _run(base_dir)
+        other, other_split, _ = _run(sys_dir)
+        if other_split != split or len(other) != len(base):
+            raise CompareError(f"{sys_dir} translated {other_split} ({len(other)} lines) and "
+                               f"{base_dir} {split} ({len(base)} lines): not the same test set")
+        data = from_dict(recipe, check_registry=False).data
+        if data_dir is not None:
+            data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
+        references = load_parallel(data, split, data.valid_limit)[1]
+        if len(references) != len(base):
+            raise CompareError(f"{base_dir}: {len(base)} translations for {len(references)} "
+                               f"references of {split}")
+        base_hyps += base
+        sys_hyps += other
+        refs += references
+    result = paired_bootstrap(base_hyps, sys_hyps, refs, samples=samples)
+    return {"baselines": [str(p) for p in baselines], "systems": [str(p) for p in systems],
+            "sentences": len(refs), "identical": base_hyps == sys_hyps, **result.as_dict()}
+
+
+def format_comparison(result: dict[str, Any]) -> str:
+    if result["identical"]:
+        # sacreBLEU gives identical systems p = 1/(samples+1) by design (multeval's
+        # convention: a zero difference is not chance); there is simply nothing to test.
+        verdict = "identical translations: no difference to test"
+    else:
+        verdict = ("significant" if result["p_value"] < 0.05 else "not significant") + \
+            " at 0.05"
+    difference = result["system_bleu"] - result["baseline_bleu"]
+    return (f"baseline BLEU {result['baseline_bleu']:.2f}, system BLEU {result['system_bleu']:.2f} "
+            f"(± {result['system_ci']:.2f}; difference {difference:+.2f}), p = "
+            f"{result['p_value']:.4f}: {verdict} ({result['sentences']} sentence pairs, "
+            f"{len(result['systems'])} run(s) a side)\n{result['signature']}")
+
+
+def to_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2)
