@@ -322,8 +322,11 @@ def benchmark_lines() -> list[str]:
     decode = RESULTS / "precision-decode-cpu.json"
     if decode.is_file():
         data = json.loads(decode.read_text(encoding="utf-8"))
+        checkpoint = data["checkpoint"]
+        checkpoint = checkpoint[checkpoint.find("runs/"):] if "runs/" in checkpoint else checkpoint
         lines += [f"- Decoding test2016 with `normzoo evaluate --bf16` "
-                  f"(`python benchmarks/precision.py --decode CKPT`, `{data['checkpoint']}`):"]
+                  f"(`python benchmarks/precision.py --decode CKPT`, `{checkpoint}`; each "
+                  "command's wall time, start-up included):"]
         for row in data["rows"]:
             if row["precision"] != "bf16":
                 continue
@@ -331,8 +334,8 @@ def benchmark_lines() -> list[str]:
                         and r["precision"] == "fp32")
             lines.append(f"  beam {row['beam']}: BLEU {row['bleu']:.2f} against fp32's "
                          f"{fp32['bleu']:.2f}, {row['differing_sentences']} of 1,000 sentences "
-                         f"translated differently, {fp32['wall_s']:.0f} s against "
-                         f"{row['wall_s']:.0f} s.")
+                         f"translated differently, {row['wall_s']:.0f} s against "
+                         f"{fp32['wall_s']:.0f} s.")
     return lines or ["- Not measured yet (`python benchmarks/precision.py`)."]
 
 

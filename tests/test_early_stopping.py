@@ -1,5 +1,5 @@
-"""Early stopping (``trainer.early_stopping``, Lightning's ``EarlyStopping``) and the reason a
-run ended, as ``summary.json`` and the sweep's results record it."""
+"""Early stopping (``trainer.patience`` and ``min_delta``, Lightning's ``EarlyStopping``) and
+the reason a run ended, as ``summary.json`` and the sweep's results record it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_run_without_improvement_stops_after_its_patience(tmp_path: Path, monk
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     # No change of the validation loss counts as an improvement: the first validation sets the
     # best, the next two do not improve on it, and the run stops at the third.
-    summary = _run(tmp_path, early_stopping={"patience": 2, "min_delta": 100.0})
+    summary = _run(tmp_path, patience=2, min_delta=100.0)
     assert summary["steps"] == 3
     assert summary["stopped"].startswith("early stopping: Monitored metric val/loss did not "
                                          "improve in the last 2 records")
@@ -36,7 +36,7 @@ def test_a_run_without_improvement_stops_after_its_patience(tmp_path: Path, monk
 
 def test_a_run_that_reaches_its_step_cap_says_so(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
-    summary = _run(tmp_path, max_steps=2, early_stopping={"patience": 5})
+    summary = _run(tmp_path, max_steps=2, patience=5)
     assert summary["steps"] == 2 and summary["stopped"] == "step cap: trainer.max_steps=2"
 
 
@@ -44,12 +44,12 @@ def test_early_stopping_settings_are_checked_with_the_recipe(tmp_path: Path):
     path = tmp_path / "r.yaml"
     path.write_text("task: translation\n")
     with pytest.raises(ConfigError) as error:
-        load(path, ["trainer.early_stopping.patience=0", "trainer.early_stopping.min_delta=-1"])
+        load(path, ["trainer.patience=0", "trainer.min_delta=-1"])
     text = str(error.value)
-    assert "trainer.early_stopping.patience" in text and "trainer.early_stopping.min_delta" in text
-    recipe = load(path, ["trainer.early_stopping={patience: 4}"])
-    assert recipe.trainer.early_stopping.patience == 4
-    assert recipe.trainer.early_stopping.min_delta == 0.0
+    assert "trainer.patience" in text and "trainer.min_delta" in text
+    recipe = load(path, ["trainer.patience=4"])
+    assert recipe.trainer.patience == 4 and recipe.trainer.min_delta == 0.0
+    assert load(path, []).trainer.patience is None
 
 
 def test_the_average_of_the_last_checkpoints_is_scored_beside_the_best(tmp_path: Path,

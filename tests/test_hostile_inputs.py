@@ -239,7 +239,8 @@ RANGED = [leaf for leaf in LEAVES.values() if out_of_range(leaf)]
 CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vocab_size",
                "model.pad_id", "model.encoder_layers", "model.decoder_layers", "optim.lr",
                "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming",
-               "data.max_len", "data.max_tokens"}
+               "data.max_len", "data.max_tokens", "eval.average_last",
+               "trainer.keep_checkpoints"}
 SAFE_TEXT = st.text(string.ascii_letters + string.digits + "_-/", min_size=1, max_size=12).filter(
     lambda s: s.lower() not in {"null", "~", "true", "false"})
 SPECIAL_VALID = {
@@ -368,6 +369,8 @@ CROSS_FIELD_MUTATIONS = [
     Mutation("optim.min_lr", (("optim.lr", 1e-4), ("optim.min_lr", 1e-3))),
     Mutation("data.max_len", (("data.max_len", 512), ("data.max_tokens", 256)),
              says="exceeds max_tokens"),
+    Mutation("eval.average_last", (("eval.average_last", 6), ("trainer.keep_checkpoints", 2)),
+             says="keeps fewer"),
     Mutation("data.dir", (("data.source", "files"), ("data.dir", DELETE)),
              says="required"),
     Mutation("data.path", (("data.source", "hub"), ("data.path", DELETE)), says="required"),
@@ -432,6 +435,10 @@ def valid_changes(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         changes["model.encoder_layers"] = draw(st.integers(1, 48))
         changes["model.decoder_layers"] = draw(st.integers(1, 48))
+    if draw(st.booleans()):
+        keep = draw(st.integers(0, 20))
+        changes["trainer.keep_checkpoints"] = keep
+        changes["eval.average_last"] = draw(st.integers(1, max(keep, 1)))
     return changes
 
 

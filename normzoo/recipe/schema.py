@@ -175,16 +175,6 @@ def logger_problems(loggers: list[str]) -> list[Problem]:
     return problems
 
 
-class EarlyStoppingConfig(_Section):
-    """Stop when the monitored validation metric (validation loss, or BLEU for translation with
-    ``eval.valid_bleu``) has not improved for ``patience`` validations in a row, as fairseq's
-    ``--patience`` does; Lightning's ``EarlyStopping`` does it, its state kept in checkpoints so
-    a resumed run counts on."""
-
-    patience: int = Field(gt=0, description="validations without improvement before stopping")
-    min_delta: float = Field(default=0.0, ge=0, description="smaller changes are no improvement")
-
-
 class TrainerConfig(_Section):
     """What ``lightning.Trainer`` gets: length, validation cadence, hardware, precision."""
 
@@ -205,8 +195,14 @@ class TrainerConfig(_Section):
         description="most recent step-N.ckpt kept (one per validation), for export --average",
     )
     progress_bar: bool = True
-    early_stopping: EarlyStoppingConfig | None = Field(
-        default=None, description="stop at convergence: {patience: N, min_delta: D}; off if unset")
+    # Early stopping, as fairseq's --patience: Lightning's EarlyStopping on the monitored
+    # validation metric (validation loss, or BLEU for translation with eval.valid_bleu), its
+    # state kept in checkpoints so that a resumed run counts on.
+    patience: int | None = Field(
+        default=None, gt=0, description="stop after this many validations without improvement "
+        "of the monitored metric; unset: run to the step, time or epoch limit")
+    min_delta: float = Field(default=0.0, ge=0, description="with patience: a smaller change "
+                             "of the monitored metric is no improvement")
     loggers: list[LoggerName] = Field(
         default=["csv", "tensorboard"],
         description="Lightning loggers: csv, tensorboard, wandb, mlflow (options in `run`)")

@@ -165,15 +165,13 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
                             _flush_logs_callback(), _learning_rate_callback(),
                             _throughput_callback()]
-    if t.early_stopping is not None:
+    if t.patience is not None:
         from lightning.pytorch.callbacks import EarlyStopping
 
         # At validation (every val_every_steps), never at an epoch's end: token-budget epochs
         # are no unit a recipe counts in.
-        callbacks.append(EarlyStopping(monitor=monitor, mode=mode,
-                                       patience=t.early_stopping.patience,
-                                       min_delta=t.early_stopping.min_delta,
-                                       check_on_train_epoch_end=False))
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=t.patience,
+                                       min_delta=t.min_delta, check_on_train_epoch_end=False))
     diagnostics = recipe.diagnostics
     if diagnostics.guard or diagnostics.max_loss is not None:
         from normzoo.diagnostics.callbacks import DivergenceGuard
