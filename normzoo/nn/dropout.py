@@ -32,7 +32,7 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``F.dropout(x, p, training)``, with the mask drawn 16 bits an element on a CPU."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p >= 1.0:
+    if x.device.type != "cpu" or p >= 1.0 - 1.0 / (2 * _LEVELS):  # threshold past int16
         return F.dropout(x, p, training)
     n = x.numel()
     words = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64)

@@ -223,12 +223,13 @@ def stop_reason(trainer: Any, recipe: Recipe) -> str:
     """Why ``fit`` ended, in words for ``summary.json``: converged (early stopping, with
     Lightning's own account), the step cap, the time limit or the epoch limit."""
     from lightning.pytorch.callbacks import EarlyStopping, Timer
-    from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
     for callback in trainer.callbacks:
-        if (isinstance(callback, EarlyStopping)
-                and callback.stopping_reason is not EarlyStoppingReason.NOT_STOPPED):
-            message = callback.stopping_reason_message or callback.stopping_reason.value
+        # stopping_reason_message is Lightning >= 2.6; older ones record only stopped_epoch.
+        message = getattr(callback, "stopping_reason_message", None)
+        if isinstance(callback, EarlyStopping) and (message or callback.stopped_epoch):
+            message = message or (f"{callback.monitor} did not improve in the last "
+                                  f"{callback.wait_count} records")
             return f"early stopping: {message.removesuffix(' Signaling Trainer to stop.')}"
     if trainer.global_step >= recipe.trainer.max_steps:
         return f"step cap: trainer.max_steps={recipe.trainer.max_steps}"

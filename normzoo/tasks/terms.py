@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from normzoo.nn.cross_entropy import smoothed_cross_entropy_sum
 
@@ -33,8 +34,13 @@ def token_terms(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int
     """Cross-entropy of ``logits`` (computed in fp32, a block of rows at a time: bf16 logits
     are never copied whole to fp32) against ``labels``, skipping ``ignore_index`` (padding, or
     the positions an MLM does not predict)."""
-    loss_sum = smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(),
-                                          ignore_index=ignore_index, smoothing=smoothing)
+    if logits.device.type == "cpu":
+        loss_sum = smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(),
+                                              ignore_index=ignore_index, smoothing=smoothing)
+    else:  # a GPU's fused kernels; the blocked loop would launch kernels per block
+        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(),
+                                   ignore_index=ignore_index, label_smoothing=smoothing,
+                                   reduction="sum")
     targets = labels.ne(ignore_index)
     # argmax of bf16 logits is that of their float32 copy: the cast changes no value.
     correct = (logits.argmax(dim=-1).eq(labels) & targets).sum() if count_correct else None
