@@ -3,13 +3,14 @@
 The formula tests on stubs (``test_schemes.py``) cannot see how the model code wires a scheme in.
 These tests build real models with :func:`normzoo.models.assemble` and check:
 
-* DeepNorm's beta (and Sub-LN's gamma) lands on exactly W_v, W_o, the feed-forward matrices and
-  the cross-attention v/out, with xavier_normal gain 1 on W_q and W_k, also when q/k/v are one
-  fused matrix. With d_model = 256 each role's matrix has >= 65k entries, so its empirical std
-  pins the gain to well under 1 %. The two known ways to get fused qkv wrong both move some std
-  by > 18 %: beta applied to the whole fused matrix changes q and k (gain beta instead of 1) and
-  every fan (3d + d instead of 2d); per-role gains with the fan of the fused [3d, d] shape give
-  std g * sqrt(2 / 4d) instead of g * sqrt(2 / 2d).
+* with ``init: paper``, DeepNorm's beta (and Sub-LN's gamma) lands on exactly W_v, W_o, the feed-
+  forward matrices and the cross-attention v/out, with xavier_normal gain 1 on W_q and W_k, also
+  when q/k/v are one fused matrix (the default, torchscale's init, is pinned role by role in
+  ``test_init_references.py``). With d_model = 256 each role's matrix has >= 65k entries, so its
+  empirical std pins the gain to well under 1 %. The two known ways to get fused qkv wrong both
+  move some std by > 18 %: beta applied to the whole fused matrix changes q and k (gain beta
+  instead of 1) and every fan (3d + d instead of 2d); per-role gains with the fan of the fused
+  [3d, d] shape give std g * sqrt(2 / 4d) instead of g * sqrt(2 / 2d).
 * a DeepNorm decoder is really DeepNorm (decoder alpha, Post-LN placement), not Pre-LN: DeepNet
   (Wang et al. 2022) normalises every encoder and decoder sublayer with DeepNorm (Theorem 4.3),
   the decoder with its own alpha = (3M)^(1/4) (Fig. 2b);
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normzoo.models import assemble
+from normzoo.nn.attention import QKV_GAIN
 from normzoo.nn.norms import LayerNorm
 from normzoo.residual.admin import AdminResidual, profile
 from normzoo.residual.deepnorm import DeepNormResidual
@@ -88,7 +90,7 @@ GAINS = {
         "encoder_decoder": {"encoder": 1.0076375078494640, "decoder": 1.4823038073675111},
     },
 }
-UNIT_ROLES = {"q", "k"}  # of self- and cross-attention alike
+UNIT_ROLES = {"q", "k", "cross_q", "cross_k"}  # of self- and cross-attention alike
 
 
 def xavier_std(gain: float, weight: torch.Tensor) -> float:
@@ -105,8 +107,8 @@ def kurtosis(w: torch.Tensor) -> float:
 def check_role_gains(model: nn.Module, scheme: str, family: str) -> int:
     """Every role's matrix of every sublayer has the std of xavier_normal with its gain.
 
-    Sub-LN leaves cross-attention at the blocks' default init (xavier_uniform, gain 1), as
-    torchscale's decoder skips ``encoder_attn`` when it scales by gamma.
+    Sub-LN leaves cross-attention at the blocks' default init (xavier_uniform, gain 1/sqrt(2) on
+    q/k/v and 1 on out), as torchscale's decoder skips ``encoder_attn`` when it scales by gamma.
     """
     checked = 0
     for stack_name, stack in stacks(model).items():
@@ -117,6 +119,8 @@ def check_role_gains(model: nn.Module, scheme: str, family: str) -> int:
                 for role, weight in sub.role_weights().items():
                     unit = role in UNIT_ROLES or default_init
                     expected = xavier_std(1.0 if unit else gain, weight)
+                    if default_init and role != "out":
+                        expected *= QKV_GAIN
                     where = f"{stack_name}.layers[{i}].{sub_name} role {role}"
                     assert weight.std().item() == pytest.approx(expected, rel=0.04), where
                     if default_init:  # the blocks' default xavier_uniform (kurtosis 1.8)
@@ -131,7 +135,7 @@ def check_role_gains(model: nn.Module, scheme: str, family: str) -> int:
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("scheme", ["deepnorm", "subln"])
 def test_gains_land_on_roles(scheme: str, family: str, fused: bool) -> None:
-    model = build(family, scheme, WIDE, fused_qkv=fused)
+    model = build(family, {"name": scheme, "init": "paper"}, WIDE, fused_qkv=fused)
     d = WIDE["d_model"]
     fused_shapes = [
         p.shape for s in stacks(model).values() for p in s.parameters() if p.shape == (3 * d, d)
@@ -145,7 +149,7 @@ def test_gains_land_on_roles(scheme: str, family: str, fused: bool) -> None:
 @pytest.mark.parametrize("scheme", ["deepnorm", "subln"])
 def test_gains_land_on_gated_ffn(scheme: str) -> None:
     """SwiGLU has a third FFN matrix (the gate); it is a feed-forward matrix like the others."""
-    model = build("decoder", scheme, WIDE, activation="swiglu")
+    model = build("decoder", {"name": scheme, "init": "paper"}, WIDE, activation="swiglu")
     ffn_roles = set(sublayers(model.decoder.layers[0])["ffn"].role_weights())
     assert ffn_roles == {"ffn_in", "ffn_gate", "ffn_out"}
     check_role_gains(model, scheme, "decoder")
@@ -156,7 +160,8 @@ def test_subln_cross_attention_follows_torchscale(fused: bool) -> None:
     """torchscale's encoder-decoder ``DecoderLayer`` with ``subln=True``: an inner LN in
     self-attention and in the feed-forward, none in the encoder-decoder attention
     (``MultiheadAttention`` builds ``inner_attn_ln`` only for self-attention), and the decoder's
-    gamma = sqrt(ln 3M) scales fc1, fc2, out_proj, v_proj except in ``encoder_attn``."""
+    gamma = sqrt(ln 3M) scales fc1, fc2, out_proj, v_proj except in ``encoder_attn``, which keeps
+    nn.Linear's default U(+-1/sqrt(d))."""
     model = build("encoder_decoder", "subln", WIDE, fused_qkv=fused)
     gamma = GAINS["subln"]["encoder_decoder"]["decoder"]
     for layer in model.decoder.layers:
@@ -164,15 +169,17 @@ def test_subln_cross_attention_follows_torchscale(fused: bool) -> None:
         assert isinstance(layer.ffn.inner_norm, LayerNorm)
         assert isinstance(layer.cross_attn.inner_norm, nn.Identity), "no inner LN in cross-attn"
         for role, weight in layer.cross_attn.role_weights().items():
-            assert weight.std().item() == pytest.approx(xavier_std(1.0, weight), rel=0.04), role
-            assert 1.7 < kurtosis(weight) < 1.9, f"cross {role}: the default xavier_uniform"
+            linear_default_std = (3 * weight.shape[1]) ** -0.5
+            assert weight.std().item() == pytest.approx(linear_default_std, rel=0.04), role
+            assert 1.7 < kurtosis(weight) < 1.9, f"cross {role}: nn.Linear's uniform default"
         v = layer.self_attn.role_weights()["v"]
-        assert v.std().item() == pytest.approx(xavier_std(gamma, v), rel=0.04)
+        assert v.std().item() == pytest.approx(gamma * (3 * v.shape[1]) ** -0.5, rel=0.04)
 
 
 def test_subln_cross_attention_option_keeps_inner_norm_and_gamma() -> None:
     """``cross_attention: subln``: cross-attention gets an inner LN and gamma like the others."""
-    model = build("encoder_decoder", {"name": "subln", "cross_attention": "subln"}, WIDE)
+    model = build("encoder_decoder",
+                  {"name": "subln", "cross_attention": "subln", "init": "paper"}, WIDE)
     gamma = GAINS["subln"]["encoder_decoder"]["decoder"]
     for layer in model.decoder.layers:
         assert isinstance(layer.cross_attn.inner_norm, LayerNorm)

@@ -67,8 +67,10 @@ class SublayerBuilder:
             inner_norm=self._inner(site, self.stack.dim),
             impl=self.attention_impl,
         )
-        roles = attn.role_weights()
-        self.scheme.init_weights(site, _prefixed(roles, "cross_") if cross else roles)
+        prefix = "cross_" if cross else ""
+        self.scheme.init_parameters(
+            site, _prefixed(attn.role_weights(), prefix), _prefixed(attn.role_biases(), prefix)
+        )
         return attn
 
     def feedforward(self, site: Site) -> FeedForward:
@@ -80,7 +82,7 @@ class SublayerBuilder:
             bias=self.bias,
             inner_norm=self._inner(site, self.ffn_dim),
         )
-        self.scheme.init_weights(site, ffn.role_weights())
+        self.scheme.init_parameters(site, ffn.role_weights(), ffn.role_biases())
         return ffn
 
 

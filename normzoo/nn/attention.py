@@ -28,6 +28,8 @@ from normzoo.nn.dropout import dropout as drop
 
 AttentionImpl = Literal["auto", "sdpa", "explicit"]
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+# fairseq's gain on each of W_q, W_k, W_v: variance 1/(2d), the fused [3d, d] xavier fan.
+QKV_GAIN = 2**-0.5
 
 
 def explicit_wanted(impl: AttentionImpl, q: torch.Tensor) -> bool:
@@ -176,11 +178,32 @@ class MultiheadAttention(nn.Module):
             "out": self.out_proj.weight,
         }
 
+    def role_biases(self) -> dict[str, torch.Tensor]:
+        """Each role's bias vector (views into fused ones, like :meth:`role_weights`); empty
+        when the projections have no bias."""
+        if self.out_proj.bias is None:
+            return {}
+        d = self.dim
+        if self.cross:
+            kv = self.kv_proj.bias
+            return {"q": self.q_proj.bias, "k": kv[:d], "v": kv[d:], "out": self.out_proj.bias}
+        if self.fused:
+            qkv = self.qkv_proj.bias
+            return {"q": qkv[:d], "k": qkv[d : 2 * d], "v": qkv[2 * d :],
+                    "out": self.out_proj.bias}
+        return {"q": self.q_proj.bias, "k": self.k_proj.bias, "v": self.v_proj.bias,
+                "out": self.out_proj.bias}
+
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """xavier_uniform per role (fan of the role's own matrix), zero biases."""
-        for weight in self.role_weights().values():
-            nn.init.xavier_uniform_(weight)
+        """fairseq's ``MultiheadAttention`` init: W_q, W_k, W_v xavier_uniform with gain 1/sqrt(2)
+        on each role's own [d, d] matrix (variance 1/(2d), which is also what xavier_uniform
+        gives each third of a fused [3d, d] in-projection, as in fairseq <= 0.8 and PyTorch's
+        ``nn.MultiheadAttention``), W_o xavier_uniform gain 1 (variance 1/d), zero biases.
+        This is the init of Transformer-Clinic, the code behind the Post-LN, Pre-LN and Admin
+        results normzoo's studies compare with (docs/init-references.md)."""
+        for role, weight in self.role_weights().items():
+            nn.init.xavier_uniform_(weight, gain=1.0 if role == "out" else QKV_GAIN)
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)

@@ -48,8 +48,16 @@ class FeedForward(nn.Module):
             roles["ffn_gate"] = self.ffn_gate.weight
         return roles
 
+    def role_biases(self) -> dict[str, torch.Tensor]:
+        """Each role's bias vector; empty when the matrices have no bias."""
+        linears = {"ffn_in": self.ffn_in, "ffn_gate": self.ffn_gate, "ffn_out": self.ffn_out}
+        return {role: lin.bias for role, lin in linears.items()
+                if lin is not None and lin.bias is not None}
+
     @torch.no_grad()
     def reset_parameters(self) -> None:
+        """xavier_uniform, zero biases: fairseq <= 0.9's ``Linear`` helper, which
+        Transformer-Clinic (Post-LN, Pre-LN, Admin) uses for fc1 and fc2."""
         for linear in (self.ffn_in, self.ffn_gate, self.ffn_out):
             if linear is not None:
                 nn.init.xavier_uniform_(linear.weight)

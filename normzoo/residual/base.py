@@ -6,7 +6,8 @@ layer of a stack:
 * how the residual connection combines the stream and f (``residual(site, make_norm)``, a module
   whose ``forward(stream, f)`` reads like the scheme's formula);
 * whether f carries an extra norm inside it (``inner_norm(site)``, Sub-LN);
-* how f's weights are initialised, addressed by *role* (``init_weights(site, weights)``);
+* how f's weights are initialised, addressed by *role* (``init_weights(site, weights)``, or
+  ``init_parameters(site, weights, biases)`` for a scheme that also sets biases);
 * what happens at the ends of the stack (``embedding_norm()``, ``ends(make_norm)``).
 
 The model code (:mod:`normzoo.models`) calls only these hooks, so no scheme is special-cased.
@@ -178,6 +179,39 @@ def xavier_normal_scaled(
             xavier_normal_role(weight, 1.0)
 
 
+@torch.no_grad()
+def linear_default_(weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    """``nn.Linear``'s own init on one role: weight and bias U(+-1/sqrt(fan_in)).
+
+    ``fan_in`` is that of the role's own [out, in] matrix. torchscale never calls its attention's
+    xavier reset, so every projection it builds keeps this, and fairseq >= 0.10 keeps it for the
+    feed-forward matrices and the q/k/v biases (docs/init-references.md, sections 1b and 3).
+    """
+    bound = weight.shape[1] ** -0.5
+    nn.init.uniform_(weight, -bound, bound)
+    if bias is not None:
+        nn.init.uniform_(bias, -bound, bound)
+
+
+@torch.no_grad()
+def torchscale_scaled(
+    weights: Mapping[str, torch.Tensor],
+    biases: Mapping[str, torch.Tensor],
+    scale: float,
+    scaled: frozenset[str],
+) -> None:
+    """torchscale's DeepNorm/Sub-LN init: ``nn.Linear``'s default on every role, then weight
+    *and* bias of the ``scaled`` roles multiplied by ``scale`` (torchscale's
+    ``p.data.div_(init_scale)`` / ``p.data.mul_(init_scale)`` over ``named_parameters()``)."""
+    for role, weight in weights.items():
+        bias = biases.get(role)
+        linear_default_(weight, bias)
+        if role in scaled:
+            weight.mul_(scale)
+            if bias is not None:
+                bias.mul_(scale)
+
+
 class ResidualScheme:
     """Base class of residual schemes; subclasses override the hooks they change.
 
@@ -201,6 +235,21 @@ class ResidualScheme:
 
     def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
         """Re-initialise f's weights by role (``q``, ``v``, ``ffn_out``, ``cross_v``...)."""
+
+    def init_parameters(
+        self,
+        site: Site,
+        weights: Mapping[str, torch.Tensor],
+        biases: Mapping[str, torch.Tensor],
+    ) -> None:
+        """Re-initialise f's weights and biases by role; ``biases`` is empty without biases.
+
+        The default calls :meth:`init_weights`, so a scheme that only rescales matrices (the
+        usual case, and every plugin written before this hook) overrides that one. A scheme
+        whose reference code also initialises biases (torchscale's DeepNorm and Sub-LN scale
+        them; fairseq 0.12, which ResiDual's code runs on, keeps ``nn.Linear``'s) overrides this.
+        """
+        self.init_weights(site, weights)
 
     # -- stack ends ---------------------------------------------------------------------------
     def embedding_norm(self) -> bool:

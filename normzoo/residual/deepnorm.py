@@ -1,7 +1,6 @@
 """DeepNorm (Wang et al. 2022, DeepNet): x <- LN(alpha * x + f(x)), Post-LN placement, both stacks.
 
-Initialisation: xavier_normal with gain beta on W_v, W_o and the feed-forward matrices, gain 1
-on W_q and W_k (self- and cross-attention alike). The constants depend on the family:
+The constants depend on the family (the paper's Fig. 2b):
 
 ==================== ============================== ===============================
 stack                alpha                          beta
@@ -11,11 +10,21 @@ decoder-only         (2M)^(1/4)                     (8M)^(-1/4)
 enc-dec, encoder     0.81 (N^4 M)^(1/16)            0.87 (N^4 M)^(-1/16)
 enc-dec, decoder     (3M)^(1/4)                     (12M)^(-1/4)
 ==================== ============================== ===============================
+
+Initialisation, ``init: torchscale`` (the default; the reference code, microsoft/torchscale):
+every projection keeps ``nn.Linear``'s default U(+-1/sqrt(fan_in)), biases included, then the
+weights and biases of W_v, W_o and the feed-forward matrices (cross-attention's too) are divided
+by torchscale's ``init_scale``. That is 1/beta everywhere but in the encoder-decoder's encoder,
+where torchscale divides by (N^4 M)^(1/16) / 1.15, i.e. multiplies by 1.15 (N^4 M)^(-1/16)
+instead of the paper's 0.87 (docs/init-references.md, section 3e).
+``init: paper``: the paper's pseudocode, xavier_normal with gain beta on those matrices and gain 1
+on W_q and W_k, zero biases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import torch
 
@@ -28,6 +37,7 @@ from normzoo.residual.base import (
     Site,
     StackInfo,
     Sublayer,
+    torchscale_scaled,
     xavier_normal_scaled,
 )
 
@@ -63,18 +73,38 @@ class DeepNormResidual(Residual):
         return f"alpha={self.alpha:.4f}"
 
 
+def torchscale_scale(stack: StackInfo) -> float:
+    """What torchscale multiplies the default init of the beta roles by (1 / its ``init_scale``):
+    the paper's beta, except 1.15 (N^4 M)^(-1/16) in the encoder-decoder's encoder."""
+    if stack.family is Family.ENCODER_DECODER and stack.stack == "encoder":
+        n, m = stack.encoder_layers, stack.decoder_layers
+        return 1.15 * (n**4 * m) ** (-1 / 16)
+    return deepnorm_constants(stack)[1]
+
+
 class DeepNorm(ResidualScheme):
     """DeepNorm (DeepNet): x <- LN(alpha*x + f(x)) with depth-scaled alpha and init gain beta."""
 
-    def __init__(self, stack: StackInfo) -> None:
+    def __init__(
+        self, stack: StackInfo, init: Literal["torchscale", "paper"] = "torchscale"
+    ) -> None:
         super().__init__(stack)
         self.alpha, self.beta = deepnorm_constants(stack)
+        self.init = init
 
     def residual(self, site: Site, make_norm: NormFactory) -> Residual:
         return DeepNormResidual(make_norm(), self.alpha)
 
-    def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
-        xavier_normal_scaled(weights, self.beta, BETA_ROLES)
+    def init_parameters(
+        self,
+        site: Site,
+        weights: Mapping[str, torch.Tensor],
+        biases: Mapping[str, torch.Tensor],
+    ) -> None:
+        if self.init == "torchscale":
+            torchscale_scaled(weights, biases, torchscale_scale(self.stack), BETA_ROLES)
+        else:
+            xavier_normal_scaled(weights, self.beta, BETA_ROLES)
 
     def normalizes_stream(self) -> bool:
         return True

@@ -6,11 +6,19 @@
 
 Both streams start from the embeddings. The final LN of the dual stream belongs to the stack's
 end, not to any layer: putting it inside the layer loop is a known bug this layout rules out.
+
+Initialisation as the reference code (microsoft/ResiDual), which builds fairseq 0.12.2's layers
+and adds no init of its own: attention as every scheme here (W_q, W_k, W_v variance 1/(2d), W_o
+1/d, zero W_o bias) but with ``nn.Linear``'s default q/k/v biases, and the feed-forward matrices
+with ``nn.Linear``'s default weights and biases (fairseq >= 0.10; docs/init-references.md, 4).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
+from torch import nn
 
 from normzoo.residual.base import (
     NormFactory,
@@ -19,7 +27,13 @@ from normzoo.residual.base import (
     Site,
     StreamEnds,
     Sublayer,
+    linear_default_,
 )
+
+# fairseq 0.12's feed-forward: plain nn.Linear, never re-initialised (docs/init-references.md, 1b).
+LINEAR_DEFAULT_ROLES = frozenset({"ffn_in", "ffn_gate", "ffn_out"})
+# Its attention re-initialises the q/k/v weights but leaves their biases at nn.Linear's default.
+DEFAULT_BIAS_ROLES = frozenset({"q", "k", "v", "cross_q", "cross_k", "cross_v"})
 
 
 class ResiDualResidual(Residual):
@@ -51,6 +65,20 @@ class ResiDual(ResidualScheme):
 
     def residual(self, site: Site, make_norm: NormFactory) -> Residual:
         return ResiDualResidual(make_norm())
+
+    @torch.no_grad()
+    def init_parameters(
+        self,
+        site: Site,
+        weights: Mapping[str, torch.Tensor],
+        biases: Mapping[str, torch.Tensor],
+    ) -> None:
+        for role, weight in weights.items():
+            if role in LINEAR_DEFAULT_ROLES:
+                linear_default_(weight, biases.get(role))
+            elif role in DEFAULT_BIAS_ROLES and role in biases:
+                bound = weight.shape[1] ** -0.5
+                nn.init.uniform_(biases[role], -bound, bound)
 
     def ends(self, make_norm: NormFactory) -> StreamEnds:
         return ResiDualEnds(make_norm())

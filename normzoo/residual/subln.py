@@ -1,18 +1,22 @@
 """Sub-LN / Magneto (Wang et al. 2022, Foundation Transformers).
 
 Pre-LN, plus one more norm inside each sublayer: before W_o in attention and before the second
-matrix of the feed-forward. W_v, W_o, W_1, W_2 are initialised with xavier_normal gain gamma
-(W_q, W_k with gain 1):
+matrix of the feed-forward. The init gain gamma:
 
 * encoder-only, N layers: gamma = sqrt(ln 2N); decoder-only, M layers: gamma = sqrt(ln 2M)
 * encoder-decoder: decoder gamma = sqrt(ln 3M); encoder gamma = sqrt(ln(3M) * ln(2N) / 3)
 
-Cross-attention (encoder-decoder decoders) follows the reference implementation, torchscale, by
-default (``cross_attention: reference``): no inner norm (its ``MultiheadAttention`` builds
+``init: torchscale`` (the default; the reference code): every projection keeps ``nn.Linear``'s
+default U(+-1/sqrt(fan_in)), biases included, and gamma *multiplies* the weights and biases of
+W_v, W_o, W_1, W_2. ``init: paper``: xavier_normal with gain gamma on those matrices, gain 1 on
+W_q, W_k, zero biases, as the paper's pseudocode writes it.
+
+Cross-attention (encoder-decoder decoders) follows torchscale by default
+(``cross_attention: reference``): no inner norm (its ``MultiheadAttention`` builds
 ``inner_attn_ln`` only for self-attention) and no gamma (its ``Decoder`` skips ``encoder_attn``
-parameters when it scales by gamma), so the cross-attention keeps the blocks' default init.
-``cross_attention: subln`` treats it like the other sublayers instead: inner norm before W_o,
-gamma on W_v and W_o.
+parameters when it scales by gamma), so it keeps torchscale's default init (``init: torchscale``)
+or the blocks' default (``init: paper``). ``cross_attention: subln`` treats it like the other
+sublayers instead: inner norm before W_o, gamma on W_v and W_o.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from normzoo.residual.base import (
     StreamEnds,
     SublayerKind,
     final_norm_ends,
+    torchscale_scaled,
     xavier_normal_scaled,
 )
 from normzoo.residual.pre import PreLNResidual
@@ -59,11 +64,15 @@ class SubLN(ResidualScheme):
     """Sub-LN (Magneto): Pre-LN plus LNs before W_o and W_2, init gain sqrt(ln 2N)."""
 
     def __init__(
-        self, stack: StackInfo, cross_attention: Literal["reference", "subln"] = "reference"
+        self,
+        stack: StackInfo,
+        cross_attention: Literal["reference", "subln"] = "reference",
+        init: Literal["torchscale", "paper"] = "torchscale",
     ) -> None:
         super().__init__(stack)
         self.gamma = subln_gamma(stack)
         self.cross_attention = cross_attention
+        self.init = init
 
     def _plain(self, site: Site) -> bool:
         """Whether ``site`` is left as a plain Pre-LN sublayer (torchscale's cross-attention)."""
@@ -75,8 +84,17 @@ class SubLN(ResidualScheme):
     def inner_norm(self, site: Site) -> bool:
         return not self._plain(site)
 
-    def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
-        if not self._plain(site):
+    def init_parameters(
+        self,
+        site: Site,
+        weights: Mapping[str, torch.Tensor],
+        biases: Mapping[str, torch.Tensor],
+    ) -> None:
+        plain = self._plain(site)
+        if self.init == "torchscale":
+            scale = 1.0 if plain else self.gamma
+            torchscale_scaled(weights, biases, scale, frozenset() if plain else GAMMA_ROLES)
+        elif not plain:
             xavier_normal_scaled(weights, self.gamma, GAMMA_ROLES)
 
     def ends(self, make_norm: NormFactory) -> StreamEnds:
