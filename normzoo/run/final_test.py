@@ -46,9 +46,15 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
 
         newest = [path for _, path in step_checkpoints(run_dir / "checkpoints")]
         paths = newest[-recipe.eval.average_last:]
+        if len(paths) < recipe.eval.average_last:  # a run shorter than N validations
+            from lightning.pytorch.utilities import rank_zero_info
+
+            rank_zero_info(f"warning: eval.average_last={recipe.eval.average_last}, but the run "
+                           f"has {len(paths)} periodic checkpoints: averaging those")
         task.model.load_state_dict(average_state(paths))
         averaged = _score_test(recipe, task.model, data, run_dir, ".average")
-        summary["averaged"] = {"checkpoints": [p.name for p in paths],
+        summary["averaged"] = {"requested": recipe.eval.average_last,
+                               "checkpoints": [p.name for p in paths],
                                **{k: averaged[k] for k in ("bleu", "chrf", "greedy_bleu")
                                   if k in averaged}}
     return summary
