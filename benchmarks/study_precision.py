@@ -18,14 +18,13 @@ deviations over seeds).
 from __future__ import annotations
 
 import argparse
-import csv
-import itertools
 import json
-import shutil
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from study_files import as_float, copy_cells, curve, read_csv, training_minutes
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "precision" / "data"
@@ -51,28 +50,7 @@ COMMANDS = {
 def collect(sweeps: Path) -> None:
     """Copy what the report reads from each sweep folder into ``docs/precision/data``."""
     for study in STUDIES:
-        source = sweeps / study
-        if not source.is_dir():
-            continue
-        for cell in sorted(p for p in source.iterdir() if (p / "cell.json").is_file()):
-            target = DATA / study / cell.name
-            target.mkdir(parents=True, exist_ok=True)
-            for name in ("cell.json", "summary.json"):
-                if (cell / name).is_file():
-                    shutil.copyfile(cell / name, target / name)
-            metrics = cell / "logs" / "csv" / "metrics.csv"
-            if metrics.is_file():
-                with open(metrics, newline="", encoding="utf-8") as f:
-                    rows = [{"step": r["step"], "train_loss": r.get("train/loss", ""),
-                             "val_loss": r.get("val/loss", ""),
-                             "train_time": r.get("train/time", "")}
-                            for r in csv.DictReader(f)
-                            if r.get("train/loss") or r.get("val/loss") or r.get("train/time")]
-                with open(target / "loss.csv", "w", newline="", encoding="utf-8") as f:
-                    writer = csv.DictWriter(f, fieldnames=["step", "train_loss", "val_loss",
-                                                           "train_time"])
-                    writer.writeheader()
-                    writer.writerows(rows)
+        copy_cells(sweeps / study, DATA / study)
 
 
 # -- the cells --------------------------------------------------------------------------------
@@ -103,32 +81,13 @@ class Cell:
         self.signature = test.get("signature", "")
 
     def losses(self, column: str) -> list[tuple[int, float]]:
-        path = self.folder / "loss.csv"
-        if not path.is_file():
-            return []
-        with open(path, newline="", encoding="utf-8") as f:
-            return [(int(r["step"]), float(r[column])) for r in csv.DictReader(f)
-                    if r.get(column)]
+        return curve(read_csv(self.folder / "loss.csv"), column)
 
     def _training_minutes(self) -> tuple[float | None, int]:
-        """Training time (Lightning's ThroughputMonitor: validation and start-up left out),
-        summed over the processes of a cell that was killed and resumed (each starts its clock
-        at 0), and how many processes it took."""
-        times = [t for _, t in self.losses("train_time")]
-        if not times:
-            return None, 0
-        total, processes = 0.0, 1
-        for before, after in itertools.pairwise(times):
-            if after < before:  # a resumed process
-                total, processes = total + before, processes + 1
-        return (total + times[-1]) / 60, processes
+        return training_minutes(read_csv(self.folder / "loss.csv"))
 
 
-def _float(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+_float = as_float
 
 
 def load_cells() -> list[Cell]:

@@ -1,5 +1,7 @@
 """``benchmarks/study_depth.py``: the depth study's report is built from the sweeps' files alone,
-renders while cells are missing, and decides each verdict by its stated rule."""
+renders while cells are missing, and decides each verdict by its stated rule: a difference is
+shown only where paired bootstrap on the test translations finds it significant and it exceeds
+the seeds' spread."""
 
 from __future__ import annotations
 
@@ -13,8 +15,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import study_depth
 
-PLACEMENT_AXES = ["model.residual", "model.encoder_layers,model.decoder_layers",
-                  "optim.warmup_steps"]
+WORDS = ["ein", "mann", "fährt", "mit", "dem", "fahrrad", "durch", "die", "stadt", "am", "abend"]
+REFERENCES = [" ".join(WORDS[i % 5:i % 5 + 6]) + f" {i}" for i in range(60)]
+GOOD = REFERENCES  # a system that scores 100
+BAD = [" ".join(reversed(r.split()[:4])) for r in REFERENCES]  # one that scores little
+# Two systems as good as each other, each better on half the sentences.
+EVEN = [good if i % 2 else bad for i, (good, bad) in enumerate(zip(GOOD, BAD, strict=True))]
+ODD = [bad if i % 2 else good for i, (good, bad) in enumerate(zip(GOOD, BAD, strict=True))]
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -24,46 +31,43 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def _cell(folder: Path, bleu: float, grad: tuple[float, float], stream: tuple[float, float],
-          branch: tuple[float, float]) -> None:
-    """A finished cell as the sweep leaves it: summary, metrics and diagnostics."""
+def _cell(root: Path, tier: str, scheme: str, seed: str, bleu: float, hyps: list[str],
+          times: tuple[float, ...] = (60.0, 120.0), stopped: str = "step cap") -> None:
+    """A finished cell as the sweep leaves it."""
+    residual = "{name: admin, init: profiled}" if scheme == "admin" else scheme
+    name = f"seed-{seed}_residual-{scheme}" if tier == "ceiling" else f"residual-{scheme}"
+    folder = root / tier / name
     (folder / "logs" / "csv").mkdir(parents=True)
+    record = {"cell": name, "model.residual": residual, "status": "ok", "diverged_at_step": "",
+              "steps": 4500, "stopped": stopped, "test_bleu": bleu}
+    if tier == "ceiling":
+        record["seed"] = seed
+    (folder / "cell.json").write_text(json.dumps(record))
     (folder / "summary.json").write_text(json.dumps({
-        "status": "completed", "total_wall_s": 600.0, "validation": {"val/loss": 3.0},
-        "test": {"bleu": bleu, "greedy_bleu": bleu - 1, "signature": "nrefs:1|test"}}))
+        "status": "completed", "steps": 4500, "stopped": stopped,
+        "test": {"bleu": bleu, "greedy_bleu": bleu - 1, "signature": "nrefs:1|test",
+                 "averaged": {"requested": 5, "bleu": bleu + 0.5}}}))
+    (folder / "recipe.yaml").write_text("trainer:\n  precision: bf16-mixed\n")
+    (folder / "hyps.test2016.txt").write_text("\n".join(hyps) + "\n")
+    steps = [50 * (i + 1) for i in range(len(times))]
     _write_csv(folder / "logs" / "csv" / "metrics.csv",
-               [{"step": s, "train/loss": 9.0 - s / 100, "val/loss": ""} for s in (25, 50)])
+               [{"step": s, "train/loss": 9.0 - s / 100, "val/loss": 5.0 - s / 1000,
+                 "train/time": t} for s, t in zip(steps, times, strict=True)])
+    post = scheme == "post"
     rows = []
     for when in ("init", "final"):
         for stack in ("encoder", "decoder"):
-            for layer, (g, s, b) in enumerate(zip(grad, stream, branch, strict=True)):
+            for layer, (g, s, b) in enumerate(zip((1.0, 8.0) if post else (1.0, 1.5),
+                                                  (10.0, 40.0), (0.8, 0.1), strict=True)):
                 rows.append({"when": when, "stack": stack, "layer": layer, "grad_norm": g,
                              "stream_norm": s, "layer_cosine": 0.9, "ratio_self_attn": b,
                              "ratio_cross_attn": "", "ratio_ffn": b})
     _write_csv(folder / "diagnose.csv", rows)
 
 
-def _sweeps(root: Path, bleus: dict[tuple[str, str, str], float]) -> Path:
-    """Both studies' folders with the cells of ``bleus`` ((scheme, depth, warm-up) -> BLEU)."""
-    studies: dict[str, list[dict]] = {"placement": [], "fixes": [], "seeds": []}
-    for (scheme, depth, warmup, *seed), bleu in bleus.items():
-        study = "seeds" if seed else "placement" if scheme in ("post", "pre") else "fixes"
-        name = f"{scheme}-{depth}-{warmup}" + (f"-seed{seed[0]}" if seed else "")
-        row = {"cell": name, "model.residual": scheme, "status": "ok",
-               "diverged_at_step": "", "final_train_loss": 2.5}
-        if study == "seeds":  # the recipe's depth and warm-up; seed is an axis
-            row["seed"] = seed[0]
-        else:
-            row["model.encoder_layers,model.decoder_layers"] = depth
-        if study == "placement":
-            row["optim.warmup_steps"] = warmup
-        studies[study].append(row)
-        post = scheme == "post"
-        _cell(root / study / name, bleu, grad=(1.0, 8.0) if post else (1.0, 1.5),
-              stream=(10.0, 40.0), branch=(0.8, 0.1))
-    for study, rows in studies.items():
-        if rows:
-            _write_csv(root / study / "results.csv", rows)
+def _sweeps(root: Path, cells: dict[tuple[str, str, str], tuple[float, list[str]]]) -> Path:
+    for (tier, scheme, seed), (bleu, hyps) in cells.items():
+        _cell(root, tier, scheme, seed, bleu, hyps)
     return root
 
 
@@ -72,93 +76,115 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(study_depth, "DATA", tmp_path / "docs" / "study-depth" / "data")
     monkeypatch.setattr(study_depth, "FIGURES", tmp_path / "docs" / "study-depth")
     monkeypatch.setattr(study_depth, "REPORT", tmp_path / "docs" / "study-depth.md")
+    references = tmp_path / "test2016.de"
+    references.write_text("\n".join(REFERENCES) + "\n")
 
-    def build(bleus: dict, render_only: bool = False) -> str:
-        sweeps = _sweeps(tmp_path / "runs", bleus)
+    def build(cells: dict, render_only: bool = False, refs: bool = True) -> str:
+        sweeps = _sweeps(tmp_path / "runs", cells)
         args = ["--render-only"] if render_only else [str(sweeps)]
+        args += ["--references", str(references if refs else tmp_path / "missing")]
         assert study_depth.main(args) == 0
         return study_depth.REPORT.read_text(encoding="utf-8")
 
     return build
 
 
-FULL = {("post", "6", "0"): 15.0, ("post", "18", "0"): 0.4, ("pre", "18", "0"): 22.0,
-        ("post", "6", "200"): 31.0, ("pre", "6", "200"): 30.0, ("post", "18", "200"): 1.0,
-        ("pre", "18", "200"): 29.0, ("pre", "6", "0"): 24.0, ("deepnorm", "18", "200"): 28.0}
+# Post-LN ahead at 6+6 over three seeds; deep Post-LN failing; DeepNorm and Pre-LN training.
+FULL = {
+    **{("ceiling", "post", s): (31.0 + d, GOOD) for s, d in (("1", 0.2), ("2", -0.2), ("3", 0))},
+    **{("ceiling", "pre", s): (28.0 + d, BAD) for s, d in (("1", 0.3), ("2", -0.3), ("3", 0))},
+    ("stability", "post", "1"): (1.0, BAD), ("stability", "pre", "1"): (27.0, GOOD),
+    ("stability", "deepnorm", "1"): (28.0, GOOD), ("stability", "admin", "1"): (28.5, GOOD),
+    ("stability", "resi_dual", "1"): (27.5, GOOD), ("stability", "subln", "1"): (27.2, GOOD),
+    ("nowarmup", "post", "1"): (0.5, BAD), ("nowarmup", "pre", "1"): (20.0, GOOD),
+}
 
 
 def test_every_claim_gets_its_verdict_from_the_numbers(report):
     text = report(FULL)
     assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
     assert "last/first layer gradient norm 8.00 (Post-LN) vs 1.50 (Pre-LN)" in text
-    assert "### 2. Post-LN without warm-up fails with depth while Pre-LN trains: **shown**" in text
-    assert "Post-LN 6+6 15.00, Post-LN 18+18 0.40, Pre-LN 18+18 22.00" in text
+    assert "### 2. Without warm-up, deep Post-LN fails while Pre-LN trains: **shown**" in text
     assert "### 3. Pre-LN's stream grows and its deep layers' branches shrink: **shown**" in text
     assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **shown**" in text
-    assert "### 5. At shallow depth, with warm-up, Post-LN ends higher than Pre-LN: **shown**" \
-        in text
-    assert "| Post-LN | 18+18 | 0 | ok | 2.500 | 3.000 | 0.40 | -0.60 | 10.0 |" in text
-    for plot in ("loss_curves", "bleu_by_depth", "grad_norm_by_layer", "stream_norm_by_layer",
-                 "branch_ratio_by_layer"):
+    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **shown**" in text
+    # the comparison's numbers: means, seeds, difference, p-value, the spread it beat
+    assert "Post-LN 31.00 vs Pre-LN 28.00 (3 seeds): +3.00 BLEU, p = 0.0" in text
+    assert "seeds' spread 0.30 (these settings' seeds)" in text
+    # a one-seed comparison is held to the 6+6 seeds' spread
+    assert "DeepNorm 28.00 vs Post-LN 1.00 (one seed): +27.00 BLEU" in text
+    assert "(the 6+6 seeds)" in text
+    # every cell's row: precision, updates, why it stopped, both test scores
+    assert "| Post-LN | 2 | bf16-mixed | 4500 | step cap | 4.900 | 30.80 | 31.30 | 29.80 |" in text
+    assert "ceiling 6 of 6, stability 6 of 6, nowarmup 2 of 2" in text
+    assert "| 18 layers | DeepNet (Wang et al. 2022) | diverged | – | – | 28.8 |" in text
+    assert "| 6+6 | normzoo" in text and "31.00 ± 0.20 | 28.00 ± 0.30 |" in text
+    for plot in ("loss_ceiling", "loss_stability", "loss_nowarmup", "grad_norm_by_layer",
+                 "stream_norm_by_layer", "branch_ratio_by_layer"):
         assert f"](study-depth/{plot}.png)" in text
         assert (study_depth.FIGURES / f"{plot}.png").stat().st_size > 5000
 
 
-def test_claims_that_do_not_hold_are_reported_as_such(report):
-    text = report({**FULL, ("post", "18", "0"): 21.0, ("post", "6", "200"): 29.9,
-                   ("post", "18", "200"): 27.0})
-    assert "fails with depth while Pre-LN trains: **shown in part**" in text
-    assert "Post-LN ends higher than Pre-LN: **not shown**" in text
-    assert "plain Post-LN fails: **shown in part (Post-LN trains, DeepNorm trains better)**" in text
+def test_a_difference_inside_the_noise_is_not_shown(report):
+    """Post-LN ahead in mean BLEU, but sentence by sentence no better than Pre-LN: p is large
+    and nothing is shown. Post-LN training at depth makes claim 4 not hold even though
+    DeepNorm's lead there is significant."""
+    cells = {**FULL,
+             **{("ceiling", "post", s): (29.0, EVEN) for s in ("1", "2", "3")},
+             **{("ceiling", "pre", s): (28.0, ODD) for s in ("1", "2", "3")},
+             ("stability", "post", "1"): (26.0, BAD)}
+    text = report(cells)
+    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown: no difference beyond " \
+           "the noise**" in text
+    assert "Post-LN 29.00 vs Pre-LN 28.00 (3 seeds): +1.00 BLEU, p = 0.4086" in text
+    assert ("### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not shown: Post-LN "
+            "trains too (more than half of DeepNorm's BLEU), though significantly lower**"
+            ) in text
+
+
+def test_a_difference_within_the_seeds_spread_is_not_shown(report):
+    """Significant on the pooled translations, but smaller than how far the seeds disagree."""
+    cells = {**FULL,
+             **{("ceiling", "post", s): (28.0 + d, GOOD) for s, d in (("1", 2), ("2", -2),
+                                                                      ("3", 0.6))},
+             **{("ceiling", "pre", s): (28.0, BAD) for s in ("1", "2", "3")}}
+    text = report(cells)
+    assert "Post-LN 28.20 vs Pre-LN 28.00 (3 seeds): +0.20 BLEU, p = 0.0010" in text
+    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown" in text
+
+
+def test_pre_ln_significantly_ahead_is_reported_as_the_opposite(report):
+    cells = {**FULL, **{("ceiling", "post", s): (25.0, BAD) for s in ("1", "2", "3")},
+             **{("ceiling", "pre", s): (28.0, GOOD) for s in ("1", "2", "3")}}
+    text = report(cells)
+    assert "Post-LN ends higher than Pre-LN: **the opposite is shown (Pre-LN ends higher)**" \
+        in text
+
+
+def test_without_references_nothing_is_shown(report):
+    text = report(FULL, refs=False)
+    assert "no p-value computed, so no difference can be shown" in text
+    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown" in text
+    # a measurement of the initialisation needs no test set
+    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
 
 
 def test_the_report_renders_while_cells_are_missing_and_from_its_data_alone(report):
-    partial = {key: bleu for key, bleu in FULL.items() if key[0] == "post"}
+    partial = {key: value for key, value in FULL.items() if key[0] == "ceiling"
+               and key[2] == "1"}
     text = report(partial)
-    assert "Cells: 4 of 16" in text
+    assert "ceiling 2 of 6, stability 0 of 6, nowarmup 0 of 2" in text
     assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not yet measured**" \
         in text
-    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **not yet" in text
-    # The data copied into docs/ is enough to render it again.
     assert report({}, render_only=True) == text
 
 
-def test_the_ceiling_claim_weighs_the_seeds(report):
-    seeds = {("post", "6", "200", "2"): 29.0, ("post", "6", "200", "3"): 30.0,
-             ("pre", "6", "200", "2"): 30.5, ("pre", "6", "200", "3"): 29.5}
-    text = report({**FULL, **seeds})  # seed 1: Post-LN 31.0, Pre-LN 30.0
-    assert ("at 6+6 Post-LN 30.00 ± 1.00 over 3 seeds vs Pre-LN 30.00 ± 0.50 over 3 seeds"
-            in text)
-    assert "Post-LN ends higher than Pre-LN: **not shown**" in text
-    assert "three for Post-LN 6+6, warm-up 200 and Pre-LN 6+6, warm-up 200" in text
-    assert "| Post-LN | 6+6 | 200 | 3 | ok |" in text
-
-
-def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(
-        report, monkeypatch: pytest.MonkeyPatch):
-    """summary.json times only the process that finished; the earlier one's training time
-    (ThroughputMonitor's train/time, restarting at the resume) is added, and the table says the
-    cell was resumed."""
-    original = _cell
-
-    def resumed_cell(folder: Path, *args, **kwargs) -> None:
-        original(folder, *args, **kwargs)
-        if folder.name == "post-18-0":  # killed after step 50 (at 240 s), resumed from step 50
-            _write_csv(folder / "logs" / "csv" / "metrics.csv",
-                       [{"step": s, "train/loss": 9.0 - s / 100, "train/time": t, "val/loss": ""}
-                        for s, t in ((25, 120.0), (50, 240.0), (75, 130.0), (100, 250.0))])
-
-    monkeypatch.setitem(globals(), "_cell", resumed_cell)
-    text = report(FULL)
-    # 600 s in the finishing process + 240 s before the kill = 14.0 min; others stay 10.0.
-    assert "| Post-LN | 18+18 | 0 | ok (killed; resumed once) | 2.500 |" in text
-    assert "| 0.40 | -0.60 | 14.0 |" in text
-    assert "| Pre-LN | 18+18 | 0 | ok | 2.500 | 3.000 | 22.00 | 21.00 | 10.0 |" in text
-
-
-def test_the_gradient_claim_reads_initialisation_from_either_warm_up(report):
-    """At initialisation the warm-up has not acted yet: a Pre-LN 18+18 cell with warm-up is
-    enough for claim 1 while the one without is still training."""
-    text = report({k: v for k, v in FULL.items() if k != ("pre", "18", "0")})
-    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
-    assert "### 2. Post-LN without warm-up fails with depth while Pre-LN trains: **not yet" in text
+def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_path: Path):
+    """ThroughputMonitor's train/time restarts at a resume: the earlier process's time is
+    added and the row says the cell was resumed."""
+    _cell(tmp_path / "runs", "nowarmup", "post", "1", 0.5, BAD,
+          times=(120.0, 240.0, 130.0, 250.0))
+    text = report({key: value for key, value in FULL.items() if key != ("nowarmup", "post", "1")})
+    # 240 s before the kill + 250 s after = 8.2 min
+    assert "| Post-LN | 1 | bf16-mixed | 4500 | step cap (resumed 1x) |" in text
+    assert "| 0.50 | 1.00 | -0.50 | 8.2 |" in text
