@@ -3,7 +3,7 @@
 Each cell is an ordinary run in ``OUT/<cell>/``; a finished cell leaves ``cell.json`` and is
 skipped when the sweep is started again. A cell that diverges is recorded (with the step) and
 the sweep goes on. Results: ``results.csv``, ``results.md``, ``loss_curves.png`` and
-``stability_map.png`` in ``OUT``.
+``stability_map.png`` (drawn by :mod:`.sweep_plots`) in ``OUT``.
 """
 
 from __future__ import annotations
@@ -11,90 +11,30 @@ from __future__ import annotations
 import csv
 import functools
 import io
-import itertools
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import atomic_write_text, save_figure
+from normzoo.atomic import atomic_write_text
+from normzoo.diagnostics.grid import (  # noqa: F401  (cells' names and overrides: public here too)
+    cell_name,
+    cell_overrides,
+    cells,
+    label,
+    parse_grid,
+    split_values,
+    value_name,
+)
 from normzoo.diagnostics.launch import Slurm, run_cells
 from normzoo.diagnostics.seeds import over_seeds
-from normzoo.errors import ConfigError, Problem
 
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
           "metric_value", "test_bleu"]
 
 
-def split_values(values: str) -> list[str]:
-    """``V1,V2,...`` split on the commas outside brackets, so that a value may be a YAML
-    mapping or list: ``deepnorm,{name: admin, init: profiled}`` is two values."""
-    parts, depth, current = [], 0, ""
-    for char in values:
-        depth += (char in "[{") - (char in "]}")
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    return [v.strip() for v in [*parts, current] if v.strip()]
-
-
-def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
-    """``["model.residual=post,pre", "optim.warmup_steps=0,4000"]`` -> keys with their values.
-
-    Several keys before the ``=`` move together: ``model.encoder_layers,model.decoder_layers=6,18``
-    is one axis (6+6 and 18+18 layers). A value may be a YAML mapping, e.g. a scheme with its
-    options: ``model.residual=deepnorm,{name: admin, init: profiled}``.
-    """
-    grid = []
-    for text in settings:
-        key, _, values = text.partition("=")
-        if not key or not values:
-            raise ConfigError([Problem(text, "--set must look like KEY=V1,V2,...")],
-                              "invalid sweep")
-        grid.append((key.strip(), split_values(values)))
-    return grid
-
-
-def cells(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
-    """Every combination, as ``{axis: value}`` (an axis may name several tied keys)."""
-    return [dict(zip([k for k, _ in grid], combo, strict=True))
-            for combo in itertools.product(*[values for _, values in grid])]
-
-
-def label(axis: str) -> str:
-    """Short name of an axis: its first key's last part (``model.residual`` -> ``residual``)."""
-    return axis.split(",")[0].split(".")[-1]
-
-
-def cell_overrides(cell: dict[str, str]) -> list[str]:
-    return [f"{key.strip()}={value}" for axis, value in cell.items() for key in axis.split(",")]
-
-
-def value_name(value: str) -> str:
-    """A value as a name: a mapping by its entries (``{name: admin, init: profiled}`` ->
-    ``admin-init-profiled``), anything else as written."""
-    from normzoo.recipe.reading import parse_yaml
-
-    try:
-        parsed = parse_yaml(value) if value.lstrip().startswith("{") else None
-    except Exception:
-        parsed = None
-    if isinstance(parsed, dict):
-        return "-".join([str(parsed.get("name", "")),
-                         *(f"{k}-{v}" for k, v in parsed.items() if k != "name")]).strip("-")
-    return value
-
-
-def cell_name(cell: dict[str, str]) -> str:
-    """A folder-safe name: ``{model.residual: post, model.encoder_layers: 6}`` ->
-    ``residual-post_encoder_layers-6``."""
-    parts = [f"{label(key)}-{value_name(value)}" for key, value in cell.items()]
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(parts))
-
-
 def final_train_loss(run_dir: Path) -> float | None:
+    """The last ``train/loss`` logged: the token mean over the last logging interval."""
     path = run_dir / "logs" / "csv" / "metrics.csv"
     if not path.is_file():
         return None
@@ -162,101 +102,12 @@ def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> Non
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n", "sweep results")
 
 
-def _loss_points(run_dir: Path) -> list[tuple[int, float]]:
-    path = run_dir / "logs" / "csv" / "metrics.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="", encoding="utf-8") as f:
-        return [(int(r["step"]), float(r["train/loss"])) for r in csv.DictReader(f)
-                if r.get("train/loss")]
-
-
-def _combo(row: dict[str, Any], keys: list[str]) -> str:
-    return " ".join(f"{label(k)}={row[k]}" for k in keys)
-
-
-def plot_loss_curves(rows: list[dict[str, Any]], keys: list[str], out: Path,
-                     plt: Any) -> None:
-    """One panel per setting of the other axes (rows: the second axis, columns: the rest), one
-    line per value of the first axis in the same colour everywhere: the comparison the sweep
-    is for (e.g. post vs pre vs deepnorm) sits within a panel."""
-    line_key, row_keys, col_keys = keys[0], keys[1:2], keys[2:]
-    lines = list(dict.fromkeys(r[line_key] for r in rows))
-    panel_rows = list(dict.fromkeys(_combo(r, row_keys) for r in rows))
-    panel_cols = list(dict.fromkeys(_combo(r, col_keys) for r in rows))
-    fig, axes = plt.subplots(len(panel_rows), len(panel_cols), squeeze=False, sharex=True,
-                             sharey=True, figsize=(1 + 4 * len(panel_cols),
-                                                   0.8 + 2.8 * len(panel_rows)))
-    for row in rows:
-        points = _loss_points(out / row["cell"])
-        if not points:
-            continue
-        ax = axes[panel_rows.index(_combo(row, row_keys)), panel_cols.index(_combo(row, col_keys))]
-        diverged = row["status"] == "diverged"
-        ax.plot(*zip(*points, strict=True), "--" if diverged else "-",
-                color=f"C{lines.index(row[line_key])}",
-                label=f"{row[line_key]}" + (" (diverged)" if diverged else ""))
-    for (i, name), (j, col) in itertools.product(enumerate(panel_rows), enumerate(panel_cols)):
-        ax = axes[i, j]
-        ax.set_title(" ".join(t for t in (name, col) if t) or "all", fontsize=9)
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, title=label(line_key), title_fontsize=7)
-        if i == len(panel_rows) - 1:
-            ax.set_xlabel("step")
-        if j == 0:
-            ax.set_ylabel("training loss")
-    fig.tight_layout()
-    save_figure(fig, out / "loss_curves.png")
-    plt.close(fig)
-
-
 def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
-    """Loss curves of every cell, and a map of final loss (× where the cell diverged)."""
-    import matplotlib
+    """``loss_curves.png`` and ``stability_map.png`` (drawn by :mod:`.sweep_plots`, imported
+    here and not at the top: it reads this module's names, and matplotlib is slow to import)."""
+    from normzoo.diagnostics import sweep_plots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plot_loss_curves(rows, keys, out, plt)
-    plot_stability_map(rows, keys, out, plt)
-
-
-def plot_stability_map(rows: list[dict[str, Any]], keys: list[str], out: Path,
-                     plt: Any) -> None:
-    """Every cell on a grid (columns: the last axis), coloured by its final training loss from
-    green (lowest of the sweep) to red (highest), a red × where it diverged; the task metric
-    under it. A run that stalls on a plateau shows as red without diverging."""
-    x_key, y_keys = keys[-1], keys[:-1]
-    xs = list(dict.fromkeys(r[x_key] for r in rows))
-    ys = list(dict.fromkeys(_combo(r, y_keys) or "all" for r in rows))
-    losses = [r["final_train_loss"] for r in rows
-              if r["status"] != "diverged" and r["final_train_loss"] is not None]
-    low, high = (min(losses), max(losses)) if losses else (0.0, 1.0)
-    colours = plt.get_cmap("RdYlGn_r")
-    fig, ax = plt.subplots(figsize=(4 + 1.8 * len(xs), 1.4 + 0.55 * len(ys)))
-    for row in rows:
-        x, y = xs.index(row[x_key]), ys.index(_combo(row, y_keys) or "all")
-        loss = row["final_train_loss"]
-        if row["status"] == "diverged":
-            ax.scatter(x, y, marker="x", s=200, color="red")
-            text = f"diverged @ {row['diverged_at_step']}"
-        else:
-            shade = (loss - low) / (high - low) if loss is not None and high > low else 0.0
-            ax.scatter(x, y, s=260, color=colours(shade), edgecolors="black", linewidths=0.5)
-            text = f"loss {loss:.3g}" if loss is not None else ""
-            if row.get("metric_value") not in (None, ""):
-                text += f"\n{row['metric'].split('/')[-1]} {float(row['metric_value']):.3g}"
-        ax.annotate(text, (x, y), fontsize=7, ha="left", va="center", xytext=(10, 0),
-                    textcoords="offset points")
-    ax.set_xticks(range(len(xs)), [f"{label(x_key)}\n= {x}" for x in xs], fontsize=8)
-    ax.set_yticks(range(len(ys)), ys, fontsize=8)
-    ax.set_xlim(-0.5, len(xs) - 0.2)
-    ax.set_ylim(-0.7, len(ys) - 0.3)
-    ax.set_title("final training loss (green low, red high)", fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, out / "stability_map.png")
-    plt.close(fig)
+    sweep_plots.plot(rows, keys, out)
 
 
 def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Path,
