@@ -26,14 +26,15 @@ def measure(model, batches, tokenizer, train_mode: bool, smoothing: float) -> di
 
     model.train(train_mode)
     torch.manual_seed(0)
+    pad = model.pad_id  # padding is left out of the loss and the predictions
     loss = count = entropy = top_p = 0.0
     predictions: collections.Counter = collections.Counter()
     with torch.no_grad():
         for batch in batches:
             logits = model(batch["src"], batch["tgt_in"]).float()
-            terms = token_terms(logits, batch["tgt_out"], ignore_index=0, smoothing=smoothing)
+            terms = token_terms(logits, batch["tgt_out"], ignore_index=pad, smoothing=smoothing)
             loss, count = loss + terms.loss_sum.item(), count + terms.tokens.item()
-            real = batch["tgt_out"].ne(0)
+            real = batch["tgt_out"].ne(pad)
             p = logits.softmax(-1)[real]
             entropy += -(p * p.clamp_min(1e-30).log()).sum(-1).sum().item()
             top_p += p.max(-1).values.sum().item()

@@ -56,7 +56,7 @@ def _ram() -> int | None:
     return total
 
 
-def _device(trainer: TrainerConfig) -> Any:
+def training_device(trainer: TrainerConfig) -> Any:
     """Where the trainer runs: ``"cpu"``, ``"mps"`` (memory shared with the CPU), the properties
     of the first CUDA device, or None for a GPU asked for and missing (the Trainer says so).
     torch is imported only when the recipe may use an accelerator."""
@@ -87,7 +87,7 @@ def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
     The size is a lower bound (activations come on top), so a refused recipe never fits.
     """
     trainer = recipe.trainer
-    device = _device(trainer) if training else "cpu"
+    device = training_device(trainer) if training else "cpu"
     if device is None:
         return []
     problems = []

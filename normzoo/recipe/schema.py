@@ -31,7 +31,7 @@ def family_problem(task: Any, family: Any) -> Problem | None:
 
 
 def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_init: Any,
-                     streaming: Any, average_last: Any = 1, keep: Any = 1) -> list[Problem]:
+                     streaming: Any, average_last: Any = 1, keep: Any = 5) -> list[Problem]:
     """The rules that tie one section to another, on plain values (the loader also checks them
     on what is left of a recipe whose sections have problems of their own)."""
     problems = [family_problem(task, family)]

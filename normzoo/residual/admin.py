@@ -100,7 +100,7 @@ class AdminResidual(Residual):
             self.profiling.visit(self, x, branch)
         return self.norm(self.omega * x + branch)
 
-    def terms(self, x, branch):
+    def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.omega * x, branch
 
 

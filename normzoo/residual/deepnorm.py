@@ -66,7 +66,7 @@ class DeepNormResidual(Residual):
     def forward(self, x, f: Sublayer):
         return self.norm(self.alpha * x + f(x))
 
-    def terms(self, x, branch):
+    def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.alpha * x, branch
 
     def extra_repr(self) -> str:

@@ -42,7 +42,7 @@ class LayerScaleResidual(Residual):
     def forward(self, x, f: Sublayer):
         return x + self.scale * f(self.norm(x))
 
-    def terms(self, x, branch):
+    def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.scale * branch
 
 

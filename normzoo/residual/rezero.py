@@ -16,7 +16,7 @@ class ReZeroResidual(Residual):
     def forward(self, x, f: Sublayer):
         return x + self.a * f(x)
 
-    def terms(self, x, branch):
+    def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.a * branch
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from normzoo.residual.base import (
     NormFactory,
     Residual,
@@ -21,7 +23,7 @@ class SandwichResidual(Residual):
     def forward(self, x, f: Sublayer):
         return x + self.norm_out(f(self.norm_in(x)))
 
-    def terms(self, x, branch):
+    def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.norm_out(branch)
 
 

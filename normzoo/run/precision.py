@@ -59,10 +59,10 @@ def cpu_supports_bf16() -> bool:
 def training_precision(recipe: Recipe, *, announce: bool = True) -> Recipe:
     """``recipe``, with ``trainer.precision`` set to ``32-true`` where it asks for bf16 on a CPU
     that has no bf16 instructions (saying so on stderr when ``announce``)."""
-    from normzoo.machine import _device
+    from normzoo.machine import training_device
 
     trainer = recipe.trainer
-    if trainer.precision not in BF16 or _device(trainer) != "cpu" or cpu_supports_bf16():
+    if trainer.precision not in BF16 or training_device(trainer) != "cpu" or cpu_supports_bf16():
         return recipe
     if announce:
         import typer
