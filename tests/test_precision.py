@@ -84,6 +84,42 @@ def test_blocked_cross_entropy_leaves_float32_logits_untouched():
     torch.testing.assert_close(logits.detach(), before, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("scale", [2.0**15, 2.0**16])  # 2**16: GradScaler's first scale
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_blocked_cross_entropy_keeps_float16_gradients_that_only_the_loss_scale_makes_visible(
+        smoothing, scale):
+    # 16-mixed: a confident model's unlikely tokens have probabilities (here 2e-9 to 6e-9)
+    # below float16's smallest subnormal (6e-8), while the loss scale times them is a normal
+    # float16. Kept in float16 before the scale, they were all zero (and a scale of 2**16,
+    # itself cast to float16, was inf).
+    torch.manual_seed(0)
+    rows, vocab = 16, 1000
+    logits = torch.rand(rows, vocab)
+    labels = torch.randint(1, vocab, (rows,))
+    logits[torch.arange(rows), labels] = 20.0  # each row's label: the likely token
+    logits = logits.half()
+    ours = logits.clone().requires_grad_(True)
+    theirs = logits.float().requires_grad_(True)
+    (smoothed_cross_entropy_sum(ours, labels, ignore_index=0, smoothing=smoothing)
+     * scale).backward()
+    (F.cross_entropy(theirs, labels, ignore_index=0, label_smoothing=smoothing,
+                     reduction="sum") * scale).backward()
+    assert ours.grad.dtype == torch.float16
+    unlikely = torch.ones(rows, vocab, dtype=torch.bool)
+    unlikely[torch.arange(rows), labels] = False
+    true = theirs.grad / scale
+    if not smoothing:
+        assert true[unlikely].abs().max() < 3e-8  # what float16 rounds to zero
+    assert theirs.grad[unlikely].abs().min() > 6.2e-5  # normal float16 once scaled
+    assert (ours.grad[unlikely] != 0).all()
+    torch.testing.assert_close(ours.grad[unlikely].float(), theirs.grad[unlikely], rtol=2e-3,
+                               atol=0)  # float16's rounding of the scaled gradient
+    # The label's entry, p - 1 with p near 1, is float32 cancellation in both: a few float32
+    # steps of 1 (1.2e-7), times the scale; float16's rounding on top.
+    torch.testing.assert_close(ours.grad[~unlikely].float(), theirs.grad[~unlikely], rtol=1e-3,
+                               atol=scale * 1e-6)
+
+
 # -- dropout ----------------------------------------------------------------------------------
 
 

@@ -37,7 +37,8 @@ def test_two_jobs_run_both_cells_as_separate_processes(tmp_path: Path):
 
 
 def test_the_cores_are_shared_among_the_jobs(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's; the process may use 8
     assert [launch.threads_per_job(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
 
 
@@ -74,6 +75,145 @@ def test_the_slurm_submission_is_one_array_of_single_node_jobs(tmp_path: Path, m
                  "#SBATCH --signal=USR2@120"):
         assert line in script, (line, script)
     assert slurm.parameters(parallel=3)["array_parallelism"] == 3
+
+
+def _fake_slurm_commands(tmp_path: Path, monkeypatch) -> None:
+    """srun and sbatch on the PATH that only say what SLURM would: scripts are written, not
+    run."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho Submitted batch job 4242\n")
+    for name in ("srun", "sbatch"):
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def _mark(cell: dict[str, str]) -> dict[str, str]:
+    return {**cell, "ran": "yes"}
+
+
+def test_each_slurm_job_is_a_checkpointable_cell_that_requeues_itself(tmp_path: Path,
+                                                                        monkeypatch):
+    # What sbatch would be given, and the pickled callable each array task runs: submitit's
+    # signal handler requeues a job only if that callable has a checkpoint() (for a plain
+    # function it raises UncompletedJobError when the time limit nears), and the requeued job
+    # runs what checkpoint() returned: the same cell again.
+    from submitit import JobEnvironment
+    from submitit.helpers import Checkpointable, DelayedSubmission
+
+    _fake_slurm_commands(tmp_path, monkeypatch)
+    submitted: list = []
+    monkeypatch.setattr(launch, "_wait", lambda pending, *rest: submitted.extend(pending))
+    cells = [{"seed": "1"}, {"seed": "2"}]
+    launch.run_cells(cells, _mark, tmp_path, jobs=2, launcher="slurm",
+                     slurm=launch.Slurm(time_min=600))
+    assert [job.job_id for job in submitted] == ["4242_0", "4242_1"]
+    for job, cell in zip(submitted, cells, strict=True):
+        task = DelayedSubmission.load(job.paths.submitted_pickle)
+        assert isinstance(task.function, Checkpointable) and task.function.cell == cell
+        assert task._timeout_min == 600
+        again = task._checkpoint_function()  # what submitit's handler pickles for the requeue
+        assert isinstance(again, DelayedSubmission)
+        assert isinstance(again.function, launch.CellJob) and again.function.cell == cell
+        assert again.function.work is task.function.work
+        assert again.result() == {**cell, "ran": "yes"}
+    script = submitted[0].paths.submission_file.read_text()
+    # The warning signal SLURM sends is the one submitit's handler in the job listens to.
+    assert f"#SBATCH --signal={JobEnvironment.USR_SIG}@120" in script
+    assert "#SBATCH --array=0-1%2" in script
+
+
+def test_submitits_signal_checkpoints_the_current_step_and_requeues_the_cell(
+        tmp_path: Path, monkeypatch, capfd):
+    # submitit's own handler, as its job process installs it, with a stand-in for SLURM
+    # (scontrol requeue recorded, not run). Its signal comes as step 1 starts: the run finishes
+    # that step and saves it (step 2) before submitit pickles the cell and requeues the job;
+    # the requeued job then resumes the cell from that checkpoint and finishes it.
+    import functools
+    import json
+    import signal
+
+    import torch
+    from lightning.pytorch.callbacks import Callback
+    from submitit import JobEnvironment
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    from normzoo import train
+    from normzoo.diagnostics import sweep as sweeps
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(tiny(trainer={"max_steps": 6, "val_every_steps": 3})),
+                      encoding="utf-8")
+    out = tmp_path / "sweep"
+    work = functools.partial(sweeps._cell_work, recipe_path=recipe, overrides=[], out=out,
+                             steps=None, diagnose=False)
+    cell = {"seed": "1"}
+    run_dir = out / sweeps.cell_name(cell)
+
+    class Signal(Callback):
+        sent = False
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if trainer.global_step == 1 and not Signal.sent:
+                Signal.sent = True
+                os.kill(os.getpid(), JobEnvironment._usr_sig())
+
+    build = train.build_trainer
+
+    def build_with_signal(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        trainer.callbacks.append(Signal())
+        return trainer
+
+    monkeypatch.setattr(train, "build_trainer", build_with_signal)
+    resumes: list = []
+    run = train.run
+
+    def recorded_run(*args, **kwargs):
+        resumes.append(kwargs.get("resume"))
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(train, "run", recorded_run)
+
+    requeues: list[int] = []
+
+    class Cluster(JobEnvironment):
+        global_rank = 0
+
+        def _requeue(self, countdown: int) -> None:
+            requeues.append(countdown)
+
+    paths = JobPaths(tmp_path / ".submitit", job_id="4242_0", task_id=0)
+    paths.folder.mkdir(parents=True)
+    job = DelayedSubmission(launch.CellJob(work, cell, None))
+    job.set_timeout(600, 3)
+    job.dump(paths.submitted_pickle)
+    signals = (signal.SIGTERM, signal.SIGCONT, JobEnvironment._usr_sig())
+    before = {signum: signal.getsignal(signum) for signum in signals}
+    try:
+        Cluster()._handle_signals(paths, job)  # what submitit's process_job does first
+        with pytest.raises(SystemExit):  # submitit's handler: requeued, then exits
+            job.result()
+        assert requeues == [3]  # pre-empted, not timed out: no timeout used up
+        saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+        assert saved["global_step"] == 2  # the step under way when the signal came: kept
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "preempted"
+        assert not (run_dir / "cell.json").exists()
+        assert "requeueing the cell" in capfd.readouterr().err
+        # The requeued job (same job id) runs what the handler pickled: the same cell.
+        requeued = DelayedSubmission.load(paths.submitted_pickle)
+        assert isinstance(requeued.function, launch.CellJob)
+        assert requeued.function.cell == cell
+        Cluster()._handle_signals(paths, requeued)
+        row = requeued.result()
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    assert row["status"] == "ok" and row["steps"] == 6
+    assert resumes == [None, "auto"]  # the second run continued from the checkpoint
+    assert requeues == [3]
 
 
 def test_paired_bootstrap_is_sacrebleus_and_tells_a_real_difference_from_none():
@@ -159,3 +299,66 @@ def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, mo
     missing = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1])])
     assert missing.exit_code == 2 and "has no test translations" in missing.output
     assert "Traceback" not in missing.output
+
+
+def _translation_run(run_dir: Path, hypotheses: list[str]) -> Path:
+    """A finished tiny translation run as ``normzoo compare`` reads it: the resolved recipe
+    and the test translations, written as the final test writes them."""
+    from normzoo.recipe import from_dict
+
+    run_dir.mkdir(parents=True)
+    (run_dir / "recipe.yaml").write_text(from_dict(tiny()).to_yaml(), encoding="utf-8")
+    (run_dir / "hyps.test.txt").write_bytes(("\n".join(hypotheses) + "\n").encode("utf-8"))
+    return run_dir
+
+
+def _test_references() -> list[str]:
+    from normzoo.data.sources import load_parallel
+    from normzoo.recipe import from_dict
+
+    data = from_dict(tiny()).data
+    return load_parallel(data, data.test_split, data.valid_limit)[1]
+
+
+def test_compare_says_which_run_scores_higher_and_what_pooled_seeds_test(tmp_path: Path,
+                                                                         monkeypatch):
+    import json
+
+    from normzoo.diagnostics.compare import compare_runs, format_comparison, to_json
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    refs = _test_references()
+    good = _translation_run(tmp_path / "good", refs)
+    poor = _translation_run(tmp_path / "poor", [" ".join(r.split()[:-1]) for r in refs])
+    # sacreBLEU's p-value is two-sided (|difference|): the same either way round, so the
+    # direction is the sign of the difference, said in words.
+    up, down = compare_runs([poor], [good]), compare_runs([good], [poor])
+    assert up["p_value"] == down["p_value"]
+    assert "the system scores higher: +" in format_comparison(up)
+    assert "the baseline scores higher: the system is -" in format_comparison(down)
+    assert "two-sided" in format_comparison(up)
+    report = json.loads(to_json(down))
+    assert report["better"] == "baseline" and report["difference"] < 0
+    assert report["p_value_two_sided"] is True
+    one = format_comparison(up)
+    assert "one run a side" in one and "not the variance between seeds" in one
+    pooled = compare_runs([poor, poor], [good, good])
+    assert pooled["sentences"] == 8
+    text = format_comparison(pooled)
+    assert "2 runs a side pooled" in text and "not the variance between seeds" in text
+
+
+def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_line(
+        tmp_path: Path, monkeypatch):
+    # str.splitlines() also splits at U+2028, U+0085 and friends; the run wrote one
+    # translation per "\n" (and so did the references): split there only.
+    from normzoo.diagnostics import compare
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    refs = _test_references()
+    odd = [refs[0].replace(" ", "\u2028", 1), refs[1] + "\x85", *refs[2:]]
+    base = _translation_run(tmp_path / "base", refs)
+    other = _translation_run(tmp_path / "other", odd)
+    result = compare.compare_runs([base], [other])  # was: "not the same test set" (6 lines)
+    assert result["sentences"] == len(refs) == 4 and not result["identical"]
+    assert compare.read_hypotheses(other / "hyps.test.txt") == odd

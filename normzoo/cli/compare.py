@@ -23,7 +23,11 @@ def compare(
     samples: int = typer.Option(1000, min=10, help="Bootstrap resamples."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Paired bootstrap resampling of SYSTEM against BASELINE on their test translations."""
+    """Paired bootstrap resampling of SYSTEM against BASELINE on their test translations.
+
+    Says which one scores higher (the sign of the BLEU difference) beside sacreBLEU's p-value,
+    which is two-sided. Several runs a side are pooled: the test is then of those translations,
+    not of the variance between seeds."""
     from normzoo.diagnostics.compare import compare_runs, format_comparison, to_json
 
     result = compare_runs(baseline, system, data_dir, samples)

@@ -3,7 +3,13 @@ the test translations the runs wrote (``hyps.<split>.txt``), over one seed or se
 
 Several runs per side are paired in the order given (seed 1 with seed 1, ...): their
 translations are concatenated, each against its references, so the resampling draws
-sentence-and-seed pairs scored for both systems.
+sentence-and-seed pairs scored for both systems. That tests these translations: how much the
+difference would change with other seeds (the variance between training runs) is not part of
+it, and the report says so.
+
+sacreBLEU's p-value is two-sided: the chance, were the two equally good, of a difference in
+BLEU at least this large in either direction. Which one is better is the sign of the
+difference, which the report states in words beside it.
 """
 
 from __future__ import annotations
@@ -35,7 +41,16 @@ def _run(run_dir: Path) -> tuple[list[str], str, dict[str, Any]]:
     if not hyps.is_file():
         raise CompareError(f"{run_dir} has no test translations ({hyps.name}): the run has "
                            "not finished its final test")
-    return hyps.read_text(encoding="utf-8").splitlines(), split, recipe
+    return read_hypotheses(hyps), split, recipe
+
+
+def read_hypotheses(path: Path) -> list[str]:
+    """One hypothesis per ``\\n``-ended line, as the run wrote them (``"\\n".join(hyps) +
+    "\\n"``). Not ``str.splitlines``: that also splits at characters a translation may hold
+    (U+2028, U+0085, form feed, ...), and the lines would no longer pair with the references."""
+    from normzoo.data.sources import decode_lines
+
+    return decode_lines(path.read_bytes(), str(path))
 
 
 def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | None = None,
@@ -72,20 +87,52 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
             "sentences": len(refs), "identical": base_hyps == sys_hyps, **result.as_dict()}
 
 
+def direction(result: dict[str, Any]) -> tuple[float, str | None]:
+    """The system's BLEU minus the baseline's, and which of the two is higher (None: equal)."""
+    difference = result["system_bleu"] - result["baseline_bleu"]
+    return difference, "system" if difference > 0 else "baseline" if difference < 0 else None
+
+
+def scope(runs: int) -> str:
+    """What the bootstrap resamples, and what it therefore does not test."""
+    pooled = f"{runs} runs a side pooled" if runs > 1 else "one run a side"
+    return (f"{pooled}: the bootstrap resamples sentences of these translations, so it tests "
+            "them, not the variance between seeds (other seeds could give another difference)")
+
+
 def format_comparison(result: dict[str, Any]) -> str:
+    difference, better = direction(result)
+    lines = [f"baseline BLEU {result['baseline_bleu']:.2f}, system BLEU "
+             f"{result['system_bleu']:.2f} (bootstrap 95% CI ± {result['system_ci']:.2f}), "
+             f"{result['sentences']} sentence pairs"]
     if result["identical"]:
         # sacreBLEU gives identical systems p = 1/(samples+1) by design (multeval's
         # convention: a zero difference is not chance); there is simply nothing to test.
-        verdict = "identical translations: no difference to test"
+        lines.append("identical translations: no difference to test")
     else:
-        verdict = ("significant" if result["p_value"] < 0.05 else "not significant") + \
-            " at 0.05"
-    difference = result["system_bleu"] - result["baseline_bleu"]
-    return (f"baseline BLEU {result['baseline_bleu']:.2f}, system BLEU {result['system_bleu']:.2f} "
-            f"(± {result['system_ci']:.2f}; difference {difference:+.2f}), p = "
-            f"{result['p_value']:.4f}: {verdict} ({result['sentences']} sentence pairs, "
-            f"{len(result['systems'])} run(s) a side)\n{result['signature']}")
+        if better == "system":
+            lines.append(f"the system scores higher: {difference:+.2f} BLEU over the baseline")
+        elif better == "baseline":
+            lines.append(f"the baseline scores higher: the system is {difference:+.2f} BLEU")
+        else:
+            lines.append("the same BLEU: neither scores higher")
+        significant = result["p_value"] < 0.05
+        verdict = (f"significant at 0.05: the {better} is better beyond chance"
+                   if significant and better else
+                   "not significant at 0.05: chance could give this difference, neither is "
+                   "shown to be better")
+        lines.append(f"p = {result['p_value']:.4f} (paired bootstrap, two-sided: a difference "
+                     f"this large either way if the two were equally good): {verdict}")
+    lines += [scope(len(result["systems"])), result["signature"]]
+    return "\n".join(lines)
+
+
+def with_direction(result: dict[str, Any]) -> dict[str, Any]:
+    """The result with the difference, the higher of the two and what was tested, for JSON."""
+    difference, better = direction(result)
+    return {**result, "difference": difference, "better": None if result["identical"] else
+            better, "p_value_two_sided": True, "tests": scope(len(result["systems"]))}
 
 
 def to_json(result: dict[str, Any]) -> str:
-    return json.dumps(result, indent=2)
+    return json.dumps(with_direction(result), indent=2)

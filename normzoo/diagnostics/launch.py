@@ -5,16 +5,36 @@ the jobs, so normzoo keeps no process management of its own.
 Each cell is an ordinary run in its own folder that resumes from its newest checkpoint, so a
 sweep stopped anywhere (the sweep process, a job, the machine) is continued by running the same
 command again: finished cells are collected, the others start or resume.
+
+Pre-emption and time limits of a cell's job (:class:`CellJob`). submitit asks SLURM for its own
+warning signal (``--signal=USR2@<signal_delay_s>``; ``SUBMITIT_PREEMPT_SIGNAL`` picks another)
+and, in the job, binds it to its handler, which calls the job's ``checkpoint()``, pickles the
+submission that returns and requeues the job, or, for a plain function, raises
+``UncompletedJobError`` (timed out) or requeues it and exits (pre-empted) at once, wherever the
+run is: in the middle of a step, with no checkpoint. A cell's job therefore lets that signal
+first stop the run the way normzoo stops on SIGTERM (at the end of the current optimizer step,
+with ``last.ckpt``), and only then hands over to submitit's handler: ``checkpoint()`` gives the
+same cell again, and the requeued job resumes it from that checkpoint. submitit requeues a job
+after its time limit 3 times at most (``SlurmExecutor``'s ``max_num_timeout``); a cell that
+needs longer then fails with ``UncompletedJobError``, and running the sweep again resumes it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from submitit import JobEnvironment
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+from normzoo.preemption import Preempted
 
 Cell = dict[str, str]
 # A job's limit: a week. submitit's local default (5 minutes) would kill any real cell.
@@ -37,9 +57,11 @@ class Slurm:
         params: dict[str, Any] = {
             "time": self.time_min, "cpus_per_task": self.cpus, "ntasks_per_node": 1,
             "nodes": 1, "array_parallelism": parallel, "job_name": "normzoo-sweep",
-            # submitit's warning signal (USR2) two minutes before the time limit; a cell's
-            # run then saves on SLURM's SIGTERM like any normzoo run, and re-running the sweep
-            # resumes it from that checkpoint.
+            # submitit's warning signal (SIGUSR2, or SUBMITIT_PREEMPT_SIGNAL) two minutes
+            # before the time limit: time for the cell's run to finish its step and save it
+            # (CellJob), then submitit requeues the job with CellJob.checkpoint(), the same
+            # cell, which resumes from that checkpoint. SLURM's SIGTERM at the limit leaves
+            # only KillWait (30 s by default) before SIGKILL.
             "signal_delay_s": 120,
         }
         if self.partition:
@@ -51,8 +73,10 @@ class Slurm:
 
 
 def threads_per_job(jobs: int) -> int:
-    """This machine's cores shared out among ``jobs`` cells running at once (at least one)."""
-    return max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    """The cores this process may use (its CPU affinity: a container's or a batch job's
+    share, not the machine's count) shared out among ``jobs`` cells at once (at least one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(jobs, 1))
 
 
 def run_one(work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> Any:
@@ -62,6 +86,60 @@ def run_one(work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> Any
 
         torch.set_num_threads(threads)
     return work(cell)
+
+
+class CellJob(Checkpointable):
+    """One cell as a submitit job: ``work(cell)`` with the job's share of torch threads.
+
+    Checkpointable, so that submitit's pre-emption/time-limit signal requeues the job rather
+    than failing it; :meth:`checkpoint` resubmits the same cell, which resumes from its newest
+    checkpoint. While the cell's run trains, that signal first stops it at the end of the
+    current step with a checkpoint (normzoo's stop, the one SIGTERM gets), and submitit's own
+    handler (checkpoint, requeue, exit) runs once the run has stopped; at any other moment
+    (before training, while testing) submitit's handler runs at once.
+    """
+
+    def __init__(self, work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> None:
+        self.work, self.cell, self.threads = work, cell, threads
+
+    def __call__(self) -> Any:
+        # submitit's public name for it ("USR2" unless SUBMITIT_PREEMPT_SIGNAL says otherwise)
+        requeue_signal = getattr(signal, f"SIG{JobEnvironment.USR_SIG}")
+        submitit_handler = signal.getsignal(requeue_signal)
+        if not callable(submitit_handler) or \
+                threading.current_thread() is not threading.main_thread():
+            return run_one(self.work, self.cell, self.threads)  # not in a submitit job
+        stopping: list[int] = []
+
+        def stop_then_requeue(signum: int, frame: Any) -> None:
+            # While the run trains, SIGTERM is normzoo's stop (preemption.StopOnSignal, which
+            # train.py finds by that name too); it is handed SIGTERM, not this signal, as that
+            # is what it passes on to the processes it launched.
+            stop = signal.getsignal(signal.SIGTERM)
+            if callable(stop) and type(getattr(stop, "__self__", None)).__name__ == \
+                    "StopOnSignal":
+                stopping.append(signum)  # the run stops at its next clean step, saves, raises
+                stop(signal.SIGTERM, frame)
+            else:
+                submitit_handler(signum, frame)
+
+        signal.signal(requeue_signal, stop_then_requeue)
+        try:
+            return run_one(self.work, self.cell, self.threads)
+        except Preempted:
+            if not stopping:  # another signal (SIGTERM, SIGUSR1): the run's own stop, as ever
+                raise
+            name = signal.Signals(stopping[0]).name
+            print(f"{name} (submitit's pre-emption signal): the run stopped with a checkpoint; "
+                  "requeueing the cell", file=sys.stderr, flush=True)
+            submitit_handler(stopping[0], None)  # checkpoint(), requeue and exit (or fail)
+            raise
+        finally:
+            signal.signal(requeue_signal, submitit_handler)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        """What submitit's handler pickles and the requeued job runs: the same cell."""
+        return DelayedSubmission(CellJob(self.work, self.cell, self.threads))
 
 
 def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, jobs: int = 1,
@@ -88,14 +166,14 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
         executor: Any = submitit.SlurmExecutor(folder=logs)
         executor.update_parameters(**(slurm or Slurm()).parameters(jobs))
         with executor.batch():
-            pending = [executor.submit(run_one, work, cell, None) for cell in cells]
+            pending = [executor.submit(CellJob(work, cell, None)) for cell in cells]
         _wait(pending, [], jobs, None, after_each, poll_s)
         return
     executor = submitit.LocalExecutor(folder=logs)
     executor.update_parameters(timeout_min=WEEK_MIN)
     threads = threads_per_job(jobs)
     queue = list(cells)
-    _wait([], queue, jobs, lambda cell: executor.submit(run_one, work, cell, threads),
+    _wait([], queue, jobs, lambda cell: executor.submit(CellJob(work, cell, threads)),
           after_each, poll_s)
 
 

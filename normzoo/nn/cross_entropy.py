@@ -6,7 +6,14 @@ the backward ``log_softmax``'s gradient, the sum of the two terms' gradients and
 For a 6,000-entry vocabulary and 2,048 tokens these arrays are 49 MB each, so the loss cost as
 much as all the Transformer's layers under bf16 on a CPU (``benchmarks/precision.py``). Here
 each block of rows is taken from the logits, turned into its loss and its gradient while it is
-in cache, and the gradient is kept in the logits' dtype for the backward, which only scales it.
+in cache, and the gradient is kept for the backward, which only scales it (by the loss scale
+too, under ``16-mixed``) and casts it to the logits' dtype.
+
+The kept gradient is float32, or bf16 for bf16 logits (bf16 has float32's exponent range, so
+rounding it early loses mantissa bits only, as the cast at the end would, and halves the
+memory). Never float16: it is kept before the loss scale multiplies it, and float16 flushes
+anything below 6e-8 to zero (the probabilities of all but the likely tokens of a confident
+model), where the scaled gradient ``2**16`` times larger is representable.
 
 The result equals ``F.cross_entropy(logits.float(), labels, ignore_index=...,
 label_smoothing=..., reduction="sum")`` (tested within float32 rounding, loss and gradient).
@@ -27,7 +34,9 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
                 smoothing: float) -> torch.Tensor:
         rows, vocab = logits.shape
         needs_grad = ctx.needs_input_grad[0]
-        grad = torch.empty_like(logits) if needs_grad else None
+        stored = torch.bfloat16 if logits.dtype == torch.bfloat16 else torch.float32
+        grad = torch.empty(rows, vocab, dtype=stored, device=logits.device) if needs_grad \
+            else None
         total = torch.zeros((), dtype=torch.float32, device=logits.device)
         step = max(1, min(rows, BLOCK_ELEMENTS // vocab))
         # Work space for one block, allocated once per call: fresh multi-megabyte tensors per
@@ -58,6 +67,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
                 grad[start : start + step].copy_(g)
         if needs_grad:
             ctx.save_for_backward(grad)
+            ctx.logits_dtype = logits.dtype
         ctx.backward_done = False
         return total
 
@@ -69,8 +79,10 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
                                "a second backward through it (retain_graph) is not supported")
         ctx.backward_done = True
         (grad,) = ctx.saved_tensors
-        # In place: the stored gradient is this loss's own buffer, used once.
-        return grad.mul_(grad_output.to(grad.dtype)), None, None, None
+        # In place: the stored gradient is this loss's own buffer, used once. Scaled first (by
+        # the loss scale too), then cast: a float16 result is rounded only once it is scaled.
+        grad = grad.mul_(grad_output.to(grad.dtype)).to(ctx.logits_dtype)
+        return grad, None, None, None
 
 
 def smoothed_cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int,
