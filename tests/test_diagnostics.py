@@ -229,6 +229,70 @@ def test_sweep_runs_the_grid_records_divergence_and_resumes(tmp_path, monkeypatc
     assert again == rows
 
 
+def _tiny_sweep_recipe(tmp_path: Path) -> Path:
+    import yaml
+
+    recipe = tiny_recipe(tmp_path / "unused")
+    recipe["trainer"].update(max_steps=2, val_every_steps=2, log_every_steps=1)
+    recipe["eval"] = {"valid_bleu": False}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_a_failed_cell_is_recorded_the_others_run_and_a_rerun_retries_it(tmp_path, monkeypatch):
+    """A cell that fails (here: the machine runs out of memory) does not stop the sweep: the
+    other cells run, results.md and the plots show every cell with the failure and its reason,
+    the sweep ends with exit code 1 naming the failed cell, and running it again retries only
+    that cell."""
+    from normzoo.diagnostics.sweep import SweepFailed, sweep
+    from normzoo.errors import RuntimeFailure
+
+    path, out, real_run = _tiny_sweep_recipe(tmp_path), tmp_path / "sweep", train.run
+
+    def run_or_fail(resolved, *args, **kwargs):
+        if resolved.seed == 2:
+            raise RuntimeFailure("out of memory: lower data.max_tokens")
+        return real_run(resolved, *args, **kwargs)
+
+    monkeypatch.setattr(train, "run", run_or_fail)
+    with pytest.raises(SweepFailed) as caught:
+        sweep(path, ["seed=1,2,3"], [], out, steps=2)
+    assert caught.value.exit_code == 1
+    assert "1 of 3 sweep cells failed" in str(caught.value)
+    assert "seed-2: out of memory: lower data.max_tokens" in str(caught.value)
+    results = (out / "results.md").read_text()
+    assert results.count("| ok |") == 2
+    assert "| 2 | failed |  |  | failed: out of memory: lower data.max_tokens |" in results
+    assert "| 1, 3 | 0 | 1 |" in results  # over seeds: the two that ran, one failed
+    assert {"loss_curves.png", "stability_map.png"} <= {p.name for p in out.iterdir()}
+    assert not (out / "seed-2" / "cell.json").exists()
+    # Run again: only the failed cell trains, and now it finishes.
+    trained = []
+    monkeypatch.setattr(train, "run", lambda resolved, *a, **k: trained.append(resolved.seed)
+                        or real_run(resolved, *a, **k))
+    rows = sweep(path, ["seed=1,2,3"], [], out, steps=2)
+    assert trained == [2]
+    assert [row["status"] for row in rows] == ["ok", "ok", "ok"]
+    assert not (out / "seed-2" / "failed.json").exists()
+
+
+def test_cells_running_side_by_side_fail_alike(tmp_path):
+    """With --jobs 2 (each cell a submitit job in a process of its own), a failing cell is
+    recorded the same way, and a user error keeps its exit code (2)."""
+    from normzoo.diagnostics.sweep import SweepFailed, sweep
+
+    missing = tmp_path / "no-such-data"
+    with pytest.raises(SweepFailed) as caught:
+        sweep(_tiny_sweep_recipe(tmp_path), ["data.source=builtin,files"],
+              [f"data.dir={missing}"], tmp_path / "sweep", steps=2, jobs=2)
+    assert caught.value.exit_code == 2
+    assert "1 of 2 sweep cells failed" in str(caught.value)
+    assert f"source-files: data file not found: {missing}" in str(caught.value)
+    results = (tmp_path / "sweep" / "results.md").read_text()
+    assert "| builtin | ok |" in results and "| files | failed |" in results
+
+
 def test_sweep_grid_axes_and_tied_keys():
     from normzoo.diagnostics.sweep import cell_name, cell_overrides, cells, parse_grid
 

@@ -256,11 +256,13 @@ def test_results_give_mean_and_sd_over_seeds_per_setting():
                  "metric_value": 3.5, "final_train_loss": 4.5, "steps": 1000})
     rows.append({"model.residual": "pre", "seed": "2", "status": "diverged", "test_bleu": "",
                  "metric_value": "", "final_train_loss": None, "steps": 12})
+    rows.append({"model.residual": "pre", "seed": "3", "status": "failed"})
     lines = over_seeds(rows, ["model.residual", "seed"])
     post = next(line for line in lines if line.startswith("| post |"))
-    assert "| 1, 2, 3 | 0 | 22.00 ± 2.00 | 3.0000 ± 0.0000 |" in post
+    assert "| 1, 2, 3 | 0 | 0 | 22.00 ± 2.00 | 3.0000 ± 0.0000 |" in post
     pre = next(line for line in lines if line.startswith("| pre |"))
-    assert "| 1, 2 | 1 | 18.00 | 3.5000 |" in pre  # one undiverged seed: no spread
+    # the seeds averaged (one: no spread), then how many diverged and failed
+    assert "| 1 | 1 | 1 | 18.00 | 3.5000 |" in pre
     assert over_seeds(rows, ["model.residual"]) == []
 
 

@@ -33,13 +33,14 @@ def over_seeds(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(str(row.get(k, "")) for k in others), []).append(row)
-    header = [*others, "seeds", "diverged", *(name for _, name, _ in MEASURES)]
+    header = [*others, "seeds", "diverged", "failed", *(name for _, name, _ in MEASURES)]
     lines = ["", "Over seeds (mean ± standard deviation of the finished, undiverged cells):", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for setting, members in groups.items():
         ok = [r for r in members if r.get("status") == "ok"]
-        cells = [*setting, ", ".join(str(r.get(SEED_AXIS, "")) for r in members),
-                 str(len(members) - len(ok))]
+        cells = [*setting, ", ".join(str(r.get(SEED_AXIS, "")) for r in ok),
+                 *(str(sum(r.get("status") == status for r in members))
+                   for status in ("diverged", "failed"))]
         for field, _, digits in MEASURES:
             values = [v for v in (_number(r.get(field)) for r in ok) if v is not None]
             if not values:

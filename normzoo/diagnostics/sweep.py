@@ -28,7 +28,9 @@ from normzoo.diagnostics.grid import (  # noqa: F401  (cells' names and override
 )
 from normzoo.diagnostics.launch import Slurm, run_cells
 from normzoo.diagnostics.seeds import over_seeds
+from normzoo.errors import RuntimeFailure
 
+FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
           "metric_value", "test_bleu"]
 
@@ -46,18 +48,43 @@ def final_train_loss(run_dir: Path) -> float | None:
 def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str], out: Path,
              steps: int | None, diagnose: bool = False) -> dict[str, Any]:
     """Train one cell (unless it already finished) and return its result row; with
-    ``diagnose``, also measure it at initialisation and at the end (``diagnose.csv``)."""
+    ``diagnose``, also measure it at initialisation and at the end (``diagnose.csv``).
+
+    A cell that fails (out of memory, a full disk, a bug) is recorded in ``failed.json`` and
+    returned as a ``failed`` row rather than raised, so the other cells still run, however
+    many run at once; no ``cell.json`` is written, so running the sweep again retries it.
+    """
+    name = cell_name(cell)
+    run_dir = out / name
+    record = run_dir / "cell.json"
+    if record.is_file():
+        return json.loads(record.read_text(encoding="utf-8"))
+    (run_dir / FAILED).unlink(missing_ok=True)  # a failure of an earlier try is retried
+    from normzoo.errors import NormzooError
+    from normzoo.preemption import Preempted
+
+    try:
+        return _train_cell(recipe_path, base_overrides, cell, run_dir, steps, diagnose)
+    except Preempted:  # stopped by a signal with a checkpoint: the sweep stops, to resume
+        raise
+    except Exception as error:  # the sweep goes on; sweep() reports every failed cell at the end
+
+        row = {"cell": name, **cell, "status": "failed", "stopped": f"failed: {error}",
+               "exit_code": error.exit_code if isinstance(error, NormzooError) else 1}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / FAILED, json.dumps(row, indent=2), "sweep failure record")
+        return row
+
+
+def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
+                run_dir: Path, steps: int | None, diagnose: bool) -> dict[str, Any]:
     from normzoo import recipe as recipes
     from normzoo.checkpointing import newest_checkpoint
     from normzoo.diagnostics.callbacks import DivergenceError
     from normzoo.tasks import monitored_metric
     from normzoo.train import run
 
-    name = cell_name(cell)
-    run_dir = out / name
-    record = run_dir / "cell.json"
-    if record.is_file():
-        return json.loads(record.read_text(encoding="utf-8"))
+    name, record = run_dir.name, run_dir / "cell.json"
     overrides = [*base_overrides, *cell_overrides(cell), f"run.dir={run_dir}"]
     if steps is not None:
         overrides.append(f"trainer.max_steps={steps}")
@@ -137,7 +164,22 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     rows = finished(all_cells, out)
     write_results(rows, keys, out)
     plot(rows, keys, out)
+    if failed := [row for row in rows if row.get("status") == "failed"]:
+        raise SweepFailed(failed, len(rows))
     return rows
+
+
+class SweepFailed(RuntimeFailure):
+    """Some cells failed; the others ran and are in the results. Exit code: the failures' own
+    when they share one (2 for a user error), else 1."""
+
+    def __init__(self, failed: list[dict[str, Any]], total: int) -> None:
+        codes = {row.get("exit_code", 1) for row in failed}
+        self.exit_code = codes.pop() if len(codes) == 1 else 1
+        lines = [f"{row['cell']}: {row['stopped'].removeprefix('failed: ')}" for row in failed]
+        super().__init__(f"{len(failed)} of {total} sweep cells failed (the others are in the "
+                         "results; run the same command again to retry these):\n  "
+                         + "\n  ".join(lines))
 
 
 def _cell_work(cell: dict[str, str], *, recipe_path: Path, overrides: list[str], out: Path,
@@ -147,9 +189,15 @@ def _cell_work(cell: dict[str, str], *, recipe_path: Path, overrides: list[str],
 
 
 def finished(all_cells: list[dict[str, str]], out: Path) -> list[dict[str, Any]]:
-    """The rows of every finished cell, in the grid's order. Not only those this process has
-    reached: a cell may have been finished by an earlier sweep that listed the values in
-    another order (or by a second sweep over part of the grid), and the results should show it
-    as soon as it is there."""
-    records = (out / cell_name(cell) / "cell.json" for cell in all_cells)
-    return [json.loads(r.read_text(encoding="utf-8")) for r in records if r.is_file()]
+    """The rows of every finished cell (or failed one: ``failed.json``), in the grid's order.
+    Not only those this process has reached: a cell may have been finished by an earlier sweep
+    that listed the values in another order (or by a second sweep over part of the grid), and
+    the results should show it as soon as it is there."""
+    rows = []
+    for cell in all_cells:
+        for name in ("cell.json", FAILED):
+            record = out / cell_name(cell) / name
+            if record.is_file():
+                rows.append(json.loads(record.read_text(encoding="utf-8")))
+                break
+    return rows
