@@ -83,12 +83,15 @@ def _how_to_load(task: str, hf: Any | None) -> list[str]:
         return ["```python", "import normzoo", "", 'model = normzoo.load("THIS_DIRECTORY")',
                 call, "```", "", f"On the command line: {commands}."]
     example = {
-        "translation": ['inputs = tokenizer(["A man is riding a bike."], return_tensors="pt")',
-                        "out = model.generate(**inputs, num_beams=1, max_new_tokens=64)",
+        "translation": ['inputs = tokenizer(["A man is riding a bike.", "Two dogs play."],',
+                        '                   return_tensors="pt", padding=True)',
+                        "out = model.generate(**inputs, num_beams=1)",
                         "print(tokenizer.batch_decode(out, skip_special_tokens=True))"],
-        "causal_lm": ['inputs = tokenizer(["Once upon a time"], return_tensors="pt")',
+        "causal_lm": ['inputs = tokenizer(["Once upon a time", "The"], return_tensors="pt",',
+                      "                   padding=True)  # on the left",
                       "out = model.generate(**inputs, do_sample=False, max_new_tokens=20)",
-                      "print(tokenizer.batch_decode(out, skip_special_tokens=True))"],
+                      "new = out[:, inputs['input_ids'].shape[1]:]",
+                      "print(tokenizer.batch_decode(new, skip_special_tokens=True))"],
         "mlm": ['inputs = tokenizer(["A man is <mask> a bike."], return_tensors="pt")',
                 "logits = model(**inputs).logits"],
     }[task]
@@ -107,6 +110,14 @@ def _hf_section(hf: Any) -> list[str]:
               f"when this directory was written: **{hf.max_abs_logit_diff:.2g}**.", "",
               "Greedy decoding with `generate(num_beams=1)` gives normzoo's greedy output; "
               "normzoo's beam search is fairseq's, which `transformers`' beam search is not."]
+    if hf.auto_class == "AutoModelForSeq2SeqLM":
+        lines += ["", "normzoo stops a translation at `max_len_a` × source tokens + "
+                  "`max_len_b` (both in `generation_config.json`); `transformers` has one "
+                  "limit for a whole batch (`max_new_tokens`, the positions' capacity). "
+                  "A translation that ends with `</s>` before its limit is the same either way; "
+                  "for normzoo's limits exactly, pass `logits_processor=[LengthRule("
+                  "model.generation_config, inputs[\"input_ids\"])]` "
+                  "(`from normzoo.hf import LengthRule`)."]
     if hf.architecture == "MarianMTModel":
         lines += ["", "The position table is normzoo's and is stored in `model.safetensors`; "
                   "Marian's `save_pretrained` leaves it out (it recomputes its own sinusoids), "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,11 +147,12 @@ def checkpoint_step(path: Path) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def newest_checkpoint(directory: Path) -> Candidate | None:
+def newest_checkpoint(directory: Path, skipped: list[Path] | None = None) -> Candidate | None:
     """The complete checkpoint of the latest step in ``directory``, whatever its name.
 
     Half-written temporaries are hidden files and never considered; a file that cannot be read
-    is skipped with a warning naming it, so one damaged file costs one interval, not the run.
+    is skipped (and added to ``skipped``, for the caller to report to its user), so one
+    damaged file costs one interval, not the run.
     Among checkpoints of the same step, ``last`` beats ``step-`` beats ``best-``.
     """
     if not directory.is_dir():
@@ -163,7 +163,8 @@ def newest_checkpoint(directory: Path) -> Candidate | None:
             continue
         step = checkpoint_step(path)
         if step is None:
-            warnings.warn(f"skipping {path}: it cannot be read as a checkpoint", stacklevel=2)
+            if skipped is not None:
+                skipped.append(path)
             continue
         found.append(Candidate(path, step))
     if not found:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+
+import numpy as np
 import torch
 
 from normzoo.data.batching import token_budget_batches
@@ -11,6 +14,20 @@ from normzoo.decoding import beam_search, greedy
 from normzoo.models.families import Seq2SeqModel
 from normzoo.recipe import EvalConfig
 from normzoo.tasks.terms import token_terms
+
+
+class InputCut(UserWarning):
+    """An input line longer than the model's positions was cut to fit (``normzoo translate``,
+    ``evaluate`` and ``generate`` print it as ``warning: line N: ...``)."""
+
+
+def warn_cut(line: int, tokens: int, kept: int, positions: int, part: str = "first",
+             stacklevel: int = 4) -> None:
+    """Warn that input line ``line`` (counted from 1) of ``tokens`` tokens was cut to ``kept``;
+    ``stacklevel`` (as :func:`warnings.warn` counts) points at the code that called the API."""
+    warnings.warn(InputCut(f"line {line}: {tokens:,} tokens, more than the model's {positions:,} "
+                           f"positions hold; only its {part} {kept:,} are used"),
+                  stacklevel=stacklevel)
 
 
 def translate_batch(model: Seq2SeqModel, src: torch.Tensor, config: EvalConfig) -> list[list[int]]:
@@ -28,12 +45,32 @@ def translate_dataset(
     data: ParallelData,
     config: EvalConfig,
     max_tokens: int,
+    *,
+    warn_cut_lines: bool = False,
+    first_line: int = 1,
 ) -> list[str]:
-    """Detokenized hypotheses for every sentence of ``data``, in the split's order."""
+    """Detokenized hypotheses for every sentence of ``data``, in the split's order.
+
+    An empty source (no tokens: an empty or blank line) gets an empty hypothesis without
+    decoding; the model would make one up from EOS alone. A source longer than the model's
+    positions is cut to its first ``max_len - 1`` tokens (and EOS), as in validation; with
+    ``warn_cut_lines`` each one is named in an :class:`InputCut` warning, by its line
+    (``first_line`` for the first sentence of ``data``).
+    """
     device = next(model.parameters()).device
-    hyps: dict[int, str] = {}
-    for batch_items in token_budget_batches(data.src_lengths(), max_tokens, shuffle=False):
-        batch = data.collate(batch_items)
+    if warn_cut_lines:
+        full = data.src.lengths()[data.ids]
+        for i in np.flatnonzero(full > data.max_len - 1):
+            warn_cut(int(data.ids[i]) + first_line, int(full[i]), data.max_len - 1,
+                     data.max_len, stacklevel=5)  # past no_grad's wrapper and Loaded.translate
+    lengths = data.src_lengths()  # with EOS: 1 for an empty source
+    hyps: dict[int, str] = {int(data.ids[i]): "" for i in np.flatnonzero(lengths <= 1)}
+    filled = np.flatnonzero(lengths > 1)
+    # A sentence longer than the budget is a batch of its own rather than an error.
+    budget = max(max_tokens, int(lengths[filled].max())) if filled.size else max_tokens
+    for batch_items in (token_budget_batches(lengths[filled], budget, shuffle=False)
+                        if filled.size else []):
+        batch = data.collate(filled[np.asarray(batch_items, dtype=np.int64)].tolist())
         out = translate_batch(model, batch["src"].to(device), config)
         for i, ids in zip(batch["ids"].tolist(), out, strict=True):
             hyps[i] = tokenizer.decode(ids)
@@ -41,10 +78,13 @@ def translate_dataset(
 
 
 @torch.no_grad()
-def language_model_metrics(loaded, lines: list[str], max_tokens: int, seed: int = 0) -> dict:
+def language_model_metrics(loaded, lines: list[str], max_tokens: int,
+                           seed: int | None = None) -> dict:
     """MLM accuracy (masked LM, seeded masking) or perplexity (causal LM) on raw ``lines``:
     the token terms the LM tasks log in validation (:func:`normzoo.tasks.terms.token_terms`),
-    summed over the whole text."""
+    summed over the whole text. The masks are seeded as the run's validation and test seed
+    them (the recipe's ``seed`` unless ``seed`` is given), sentence by sentence, so a split
+    scores what the run's final test scored, whatever ``max_tokens``."""
     import math
 
     from normzoo.data.examples import BlockData, SentenceData
@@ -53,7 +93,8 @@ def language_model_metrics(loaded, lines: list[str], max_tokens: int, seed: int 
     ids = loaded.tokenizer.encode_batch(lines)
     if recipe.task == "mlm":
         data = SentenceData.build(ids, recipe.data.max_len, loaded.tokenizer.vocab_size,
-                                  recipe.data.mask_prob, mask_seed=seed)
+                                  recipe.data.mask_prob,
+                                  mask_seed=recipe.seed if seed is None else seed)
     else:
         data = BlockData.build(ids, recipe.data.max_len)
     nll, correct, total = 0.0, 0, 0

@@ -1,17 +1,25 @@
-"""Pre-emption: on SIGTERM or the SLURM warning signal, checkpoint the current step and stop.
+"""Pre-emption and Ctrl-C: on SIGTERM, SIGINT or the SLURM warning signal, checkpoint the
+current step and stop.
 
 Schedulers (SLURM, Kubernetes, cloud spot instances) send SIGTERM some seconds before they kill
 a job; SLURM can also be asked for an earlier warning signal (``#SBATCH --signal=USR1@120``).
 Lightning, left alone, stops on SIGTERM without a checkpoint and exits 0, so a job script sees
-success. Here the signal only *requests* a stop; the stop happens at the next point where a
+success. Ctrl-C (SIGINT), the way most people stop a run by hand, fares no better: Lightning
+turns the ``KeyboardInterrupt`` into "attempting graceful shutdown", saves nothing and exits 1.
+Here the signal only *requests* a stop; the stop happens at the next point where a
 checkpoint is exact (after the current optimizer step and its validation, if one is due):
 
 * every process agrees on the step (under several processes the request is all-reduced at each
   optimizer step, so no rank stops alone and hangs the others);
 * Lightning's own stop (``SIGTERMException``) then ends ``fit`` at the end of that step, and
   :meth:`on_exception` saves ``last.ckpt`` there;
-* ``normzoo train`` reports how to resume and exits with ``128 + signal`` (143 for SIGTERM), as a
-  process killed by that signal would, so job scripts and launchers see a failure.
+* ``normzoo train`` reports how to resume and exits with ``128 + signal`` (143 for SIGTERM, 130
+  for Ctrl-C), as a process killed by that signal would, so job scripts and launchers see a
+  failure.
+
+A second Ctrl-C while the first one's stop is pending stops the process at once, by SIGINT itself
+(no checkpoint; the previous ones are whole, as after any kill): a person who presses it twice
+means it.
 
 On SLURM with ``trainer.slurm_requeue`` (the default), the warning signal also requeues the job
 (``scontrol requeue``, as Lightning's ``SLURMEnvironment(auto_requeue=True)`` does), and the
@@ -29,7 +37,7 @@ from typing import Any
 
 from normzoo.errors import NormzooError
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 REQUEUE_SIGNAL = signal.SIGUSR1
 
 
@@ -90,13 +98,37 @@ def preemption_callback(rolling: Any, slurm_requeue: bool = True) -> Any:
             self.agreed: int | None = None  # the signal every process acts on
             self.saved_path: str | None = None
             self.requeue_note = ""
+            self._pid = os.getpid()  # the process whose signals these are (on_train_start's)
 
         def _handle(self, signum: int, _frame: Any) -> None:
+            if os.getpid() != self._pid:
+                # A data-loader worker forked with this handler (Ctrl-C reaches the terminal's
+                # whole process group): it serves batches until this process stops it.
+                return
+            if self.received is not None and signum == signal.SIGINT:
+                self._say("second Ctrl-C: stopping at once, without a checkpoint")
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)  # ends as Ctrl-C ends a program: 128 + 2
+                return
             if self.received is None:
                 self.received = signum
+                again = " (Ctrl-C again stops at once, without one)" \
+                    if signum == signal.SIGINT else ""
+                self._say(f"{signal.Signals(signum).name}: stopping after this step (and its "
+                          f"validation, if one is due) with a checkpoint{again}")
                 launcher = getattr(self._trainer.strategy, "launcher", None)
-                if launcher is not None and hasattr(launcher, "procs"):
-                    launcher.kill(signum)  # the processes this one launched stop with it
+                # The processes this one launched stop with it. Not for Ctrl-C: the terminal
+                # sends it to all of them already, and a second one would stop them at once
+                # (a SIGINT to this process alone reaches the others through the all-reduce).
+                if launcher is not None and hasattr(launcher, "procs") and \
+                        signum != signal.SIGINT:
+                    launcher.kill(signum)
+
+        def _say(self, message: str) -> None:
+            # os.write, not print: a signal can interrupt a print to stderr, and a buffered
+            # stream entered again from its own handler raises.
+            if self._trainer.is_global_zero:
+                os.write(2, f"\n{message}\n".encode())
 
         def on_train_start(self, trainer, pl_module) -> None:
             # After Lightning registered its handlers (which stop mid-validation without a
@@ -105,10 +137,14 @@ def preemption_callback(rolling: Any, slurm_requeue: bool = True) -> Any:
             import threading
 
             self._trainer = trainer
+            self._pid = os.getpid()
             if threading.current_thread() is not threading.main_thread():
                 return
             for signum in STOP_SIGNALS:
-                signal.signal(signum, self._handle)
+                # An ignored SIGINT stays ignored, as Python leaves it: a shell script starts
+                # its background jobs so, that Ctrl-C at the terminal does not reach them.
+                if signum != signal.SIGINT or signal.getsignal(signum) is not signal.SIG_IGN:
+                    signal.signal(signum, self._handle)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
             loop = trainer.fit_loop.epoch_loop

@@ -14,16 +14,23 @@ from typing import Any
 from normzoo.atomic import atomic_write_text
 from normzoo.preemption import Preempted
 from normzoo.recipe import Recipe
+from normzoo.recipe.paths import resolve_paths
 from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import (
     prepare_run_dir,
     refuse_existing_run,
     run_directory,
-    run_directory_override,
 )
 from normzoo.run.final_test import test_language_model, test_translation
-from normzoo.run.history import merge_history, read_metrics, trim_history, write_metrics
-from normzoo.run.resume import prepare_resume, requeued, resume_checkpoint
+from normzoo.run.history import resume_history
+from normzoo.run.init_weights import initial_weights
+from normzoo.run.resume import (
+    prepare_resume,
+    refuse_missing_run,
+    requeued,
+    resume_checkpoint,
+    resume_command,
+)
 from normzoo.run.trainer import (
     build_loggers,
     build_trainer,
@@ -36,14 +43,17 @@ from normzoo.tasks import task_class
 
 
 def run(
-    recipe: Recipe, recipe_path: str | Path, *, force: bool = False, resume: str | None = None
+    recipe: Recipe, recipe_path: str | Path, *, force: bool = False, resume: str | None = None,
+    overrides: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """Train ``recipe`` and return the summary (also written to ``summary.json``).
 
     Under several processes only rank 0 creates and writes the run directory and returns the
     summary; the other ranks return None. ``resume`` (``auto`` or a checkpoint path) continues
     a run in its own directory: model, optimizer, schedule and step count. bf16 on a CPU
-    without bf16 instructions trains in float32 (:mod:`normzoo.run.precision`).
+    without bf16 instructions trains in float32 (:mod:`normzoo.run.precision`). Its paths
+    are stored resolved (:mod:`normzoo.recipe.paths`); ``overrides`` (the command's) are
+    repeated in the command that resumes a pre-empted run.
 
     Rank 0 holds the run directory's lock throughout (:mod:`normzoo.runlock`): a second process
     on a live run is refused before it reads or deletes anything. A SLURM job requeued after
@@ -53,14 +63,17 @@ def run(
     from normzoo.runlock import RunLock
 
     rank = global_rank()
-    recipe = training_precision(recipe, announce=rank == 0)
+    recipe = resolve_paths(training_precision(recipe, announce=rank == 0))
     run_dir = run_directory(recipe, recipe_path)
     if rank > 0:
-        return _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume))
+        return _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume),
+                    overrides)
+    refuse_missing_run(run_dir, resume, recipe_path)  # before the lock creates it
     lock = RunLock(run_dir).acquire()
     finished = False
     try:
-        summary = _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume))
+        summary = _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume),
+                       overrides)
         finished = True
         return summary
     except Preempted:
@@ -71,14 +84,14 @@ def run(
 
 
 def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, force: bool,
-         resume: str | None) -> dict[str, Any] | None:
+         resume: str | None, overrides: list[str] | None = None) -> dict[str, Any] | None:
     import lightning as L
 
     from normzoo.data.tokenizer import Tokenizer
     from normzoo.tasks.datamodule import TextDataModule, show_progress
 
     started = time.perf_counter()
-    ckpt_path = resume_checkpoint(run_dir, resume) if resume else None
+    ckpt_path = resume_checkpoint(run_dir, resume, announce=rank == 0) if resume else None
     if rank == 0 and ckpt_path is None:
         refuse_existing_run(run_dir, force)  # at once, not after minutes of tokenizer training
     resumed_step, saved_tokenizer = 0, ""
@@ -89,6 +102,11 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
             import typer
 
             typer.echo(f"resuming from {ckpt_path} (step {resumed_step})", err=True)
+    # init.from: read and checked against the model now, before anything is written (or
+    # --force clears the run directory it may be in); the run trains on its tokenizer.
+    init = initial_weights(recipe) if ckpt_path is None else None
+    if init is not None:
+        saved_tokenizer = init.tokenizer
     # The Trainer and the data first: settings the hardware cannot run, and data that is
     # missing or broken, fail before anything is written to the run directory.
     quiet_libraries()
@@ -113,6 +131,12 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
         atomic_write_text(saved, tokenizer.to_str(), "tokenizer")
     L.seed_everything(recipe.seed, workers=True, verbose=False)
     task = task_class(recipe.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
+    if init is not None:
+        init.load_into(task.model)
+        if rank == 0:
+            import typer
+
+            typer.echo(init.announcement(), err=True)
     if recipe.task == "translation":
         task.valid_references = data.references["valid"]
     if rank == 0:
@@ -122,27 +146,28 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
         budget = recipe.data.max_tokens * recipe.trainer.accumulate * trainer.world_size
         typer.echo(header(size, budget, recipe.trainer.max_steps, run_dir), err=True)
 
-    metrics_file = run_dir / "logs" / "csv" / "metrics.csv"
-    # Lightning's CSV logger starts metrics.csv afresh: the earlier rows wait in a file of their
-    # own until the run ends, so that a second crash loses none of them either.
-    earlier = metrics_file.with_name("metrics.before-resume.csv")
-    history = []
-    if ckpt_path is not None and rank == 0:
-        history = trim_history(read_metrics(earlier) + read_metrics(metrics_file), resumed_step)
-        if history:
-            write_metrics(earlier, history)
+    if ckpt_path is not None and rank == 0:  # before the CSV logger writes: it appends to it
+        resume_history(run_dir / "logs" / "csv" / "metrics.csv", resumed_step)
     from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from normzoo.diagnostics.callbacks import DivergenceError
 
     try:
         try:
             with machine_failures(trainer):
                 trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         except SIGTERMException:
-            merge_history(metrics_file, earlier, history)
-            raise _preempted(trainer, recipe_path, run_dir, started) from None
-        merge_history(metrics_file, earlier, history)
-        # ModelCheckpoint refreshes last.ckpt only at validation; make it the true final state.
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+            raise _preempted(trainer, recipe_path, run_dir, started, overrides) from None
+        except DivergenceError as error:
+            if trainer.is_global_zero:
+                _record_divergence(error, recipe_path, run_dir, started)
+            raise
+        # last.ckpt is written at each validation, and a run that reaches max_steps validates
+        # there (final_validation_callback); one stopped otherwise (max_epochs) gets its final
+        # state here. Only then: a state saved after fit ended resumes one logged step off.
+        rolling = next(cb for cb in trainer.callbacks if type(cb).__name__ == "RollingCheckpoints")
+        if rolling.saved_step != trainer.global_step:
+            trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
         if recipe.task != "translation":  # validate/test are collective: every rank takes part
             lm_validation, lm_test = test_language_model(recipe, task, data, trainer)
         if not trainer.is_global_zero:
@@ -160,6 +185,8 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
         }
         summary["test"] = (test_translation(recipe, task, data, trainer)
                            if recipe.task == "translation" else lm_test)
+        if init is not None:
+            summary["init"] = init.record()
         summary["total_wall_s"] = round(time.perf_counter() - started, 1)
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
         return summary
@@ -167,15 +194,26 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
         close_loggers(trainer)
 
 
-def _preempted(trainer, recipe_path: str | Path, run_dir: Path, started: float) -> Preempted:
+def _record_divergence(error: Exception, recipe_path: str | Path, run_dir: Path,
+                       started: float) -> None:
+    """``summary.json`` of a run stopped by :class:`DivergenceError`: the step and the reason,
+    so that the run directory says how the run ended, as it does for every other ending."""
+    step = getattr(error, "step", None)
+    summary = {"status": "diverged", "recipe": str(recipe_path), "run_dir": str(run_dir),
+               "steps": step, "diverged_at_step": step, "reason": str(error),
+               "last_good_checkpoint": getattr(error, "last_checkpoint", None),
+               "train_wall_s": round(time.perf_counter() - started, 1)}
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
+
+
+def _preempted(trainer, recipe_path: str | Path, run_dir: Path, started: float,
+               overrides: list[str] | None = None) -> Preempted:
     """What to say (and record in ``summary.json``) when a signal stopped the run."""
     import signal
 
     stop = next(cb for cb in trainer.callbacks if type(cb).__name__ == "StopOnSignal")
     name = signal.Signals(stop.agreed).name
-    command = f"normzoo train {recipe_path} --resume auto"
-    if run_directory_override(run_dir, recipe_path):
-        command += f" run.dir={run_dir}"
+    command = resume_command(recipe_path, run_dir, overrides or [])
     if trainer.is_global_zero:
         summary = {"status": "preempted", "signal": name, "recipe": str(recipe_path),
                    "run_dir": str(run_dir), "steps": trainer.global_step,

@@ -2,7 +2,8 @@
 traceback, and leaves no half-written output file.
 
 Hypothesis generates argument lists for every command (``train``, ``evaluate``, ``translate``,
-``export``, ``diagnose``, ``sweep``, ``recipe show``, ``recipe validate``, ``list``) over
+``generate``, ``export``, ``diagnose``, ``sweep``, ``recipe show``, ``recipe validate``,
+``list``), their options included (``--device``, ``--batch-size``, repeated ``--vary``), over
 generated bad inputs (recipes, data folders, checkpoints, exports, standard input) and outputs
 that are in the way, read-only or on a full disk (``tests/hazards.py``, which works as root).
 Most examples run in-process through :func:`normzoo.cli.main` (the console-script entry point)
@@ -40,7 +41,7 @@ import torch
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from tiny import tiny
+from tiny import tiny, toy_text
 
 from normzoo import cli
 from normzoo.checkpoint import EXPORT_FILES, load_export
@@ -79,6 +80,25 @@ def _write_data(folder: Path, how: str) -> Path:
         elif how in broken:
             (folder / f"train.{suffix}").write_bytes(broken[how])
     return folder
+
+
+def _language_model(root: Path) -> Path:
+    """``last.ckpt`` of two steps of a tiny causal LM on toy text (for ``generate``)."""
+    from normzoo import train
+    from normzoo.recipe import from_dict
+
+    root.mkdir()
+    toy_text(root, (100, 8, 8))
+    recipe = from_dict(tiny(task="causal_lm", model={"family": "decoder", "encoder_layers": 0},
+                            run={"dir": str(root / "run")},
+                            data={"source": "files", "dir": str(root)},
+                            trainer={"max_steps": 2, "val_every_steps": 2}))
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NORMZOO_CACHE", str(root / "cache"))
+        train.run(recipe, "lm.yaml")
+    torch.set_num_threads(threads)
+    return root / "run" / "checkpoints" / "last.ckpt"
 
 
 def _poisoned(source: Path, target: Path, value: float) -> Path:
@@ -122,6 +142,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> It
     next(iter(weights.values())).view(-1)[0] = float("nan")
     save_file(weights, exports / "nan export" / "model.safetensors")
     (exports / "export without config" / "config.json").unlink()
+    found.checkpoints["lm"] = _language_model(root / "lm")
     for how in ("good", "whitespace", "empty", "not utf-8", "misaligned", "missing"):
         found.data[how] = _write_data(root / "data" / how, how)
     with pytest.MonkeyPatch.context() as mp:
@@ -196,7 +217,11 @@ OUTPUTS = ["existing file", "existing folder", "empty folder", "under a file", "
            "read-only", "read-only fs", "full", "full", "full"]
 STDIN = {"sentences": "\n".join(SENTENCES[:3]).encode() + b"\n", "empty": b"",
          "whitespace": b" \n\n", "not utf-8": b"the dog \xff\xfe sees\n",
-         "bom and crlf": b"\xef\xbb\xbfthe dog .\r\na cat .\r\n"}
+         "bom and crlf": b"\xef\xbb\xbfthe dog .\r\na cat .\r\n", "one empty line": b"\n",
+         "longer than the model": ("the dog sees a cat . " * 30 + "\na cat .\n").encode()}
+# --device: this machine's, and ones it lacks (no machine has 99 GPUs, nor a TPU in torch).
+GOOD_DEVICES = [[], ["--device", "cpu"], ["--device", "auto"]]
+BAD_DEVICES = [["--device", "tpu"], ["--device", "cuda:99"], ["--device", ""]]
 
 
 def recipe_file(d: st.DataObject, ex: Example) -> str:
@@ -224,9 +249,10 @@ def overrides(d: st.DataObject, ex: Example, world: World) -> list[str]:
     return chosen
 
 
-def checkpoint(d: st.DataObject, ex: Example, world: World) -> str:
+def checkpoint(d: st.DataObject, ex: Example, world: World, good: tuple[str, ...] = (
+        "good", "export")) -> str:
     kind = d.draw(st.sampled_from(BAD_CHECKPOINTS if "checkpoint" in ex.broken else
-                                  ["good", "export"]), label="checkpoint")
+                                  list(good)), label="checkpoint")
     path = world.checkpoints[kind]
     if path.is_dir():
         for file in path.iterdir():
@@ -309,9 +335,9 @@ def options(d: st.DataObject, ex: Example, good: list[list[str]], bad: list[list
 
 def command(d: st.DataObject, ex: Example, world: World) -> None:
     """Fill ``ex`` with one generated command line."""
-    name = d.draw(st.sampled_from(["train", "evaluate", "translate", "export", "diagnose",
-                                   "sweep", "recipe show", "recipe validate", "list"]),
-                  label="command")
+    name = d.draw(st.sampled_from(["train", "evaluate", "translate", "generate", "export",
+                                   "diagnose", "sweep", "recipe show", "recipe validate",
+                                   "list"]), label="command")
     ex.broken = d.draw(st.sets(st.sampled_from(ASPECTS), max_size=2), label="broken")
     if name == "train":
         run_dir = output(d, ex, "run")
@@ -334,8 +360,9 @@ def command(d: st.DataObject, ex: Example, world: World) -> None:
             ex.args += ["--hyps", str(hyps)]
             if "--src" in ex.args:
                 ex.hypotheses = (hyps, 3)
-        ex.args += options(d, ex, [[], ["--beam", "2"], ["--json"]],
-                           [["--beam", "0"], ["--split", "nope"], ["--lenpen", "-1"]])
+        ex.args += options(d, ex, [[], ["--beam", "2"], ["--json"], *GOOD_DEVICES],
+                           [["--beam", "0"], ["--split", "nope"], ["--lenpen", "-1"],
+                            *BAD_DEVICES])
     elif name == "translate":
         ex.args = ["translate", checkpoint(d, ex, world)]
         data = STDIN["sentences"]
@@ -347,8 +374,22 @@ def command(d: st.DataObject, ex: Example, world: World) -> None:
             ex.args += ["--input", ex.input(ex.folder / "input.txt")]
         else:
             ex.stdin = data
-        ex.args += options(d, ex, [[], ["--beam", "3"]],
-                           [["--batch-tokens", "0"], ["--input", str(ex.folder)]])
+        ex.args += options(d, ex, [[], ["--beam", "3"], ["--batch-tokens", "8"], *GOOD_DEVICES],
+                           [["--batch-tokens", "0"], ["--input", str(ex.folder)],
+                            *BAD_DEVICES])
+    elif name == "generate":  # the language model (good), or any other checkpoint (broken)
+        ex.args = ["generate", checkpoint(d, ex, world, good=("lm",))]
+        if "input" in ex.broken:
+            stdin = d.draw(st.sampled_from(sorted(STDIN)) | st.binary(max_size=60), label="stdin")
+            ex.stdin = STDIN[stdin] if isinstance(stdin, str) else stdin
+        else:
+            ex.stdin = STDIN["sentences"]
+        ex.args += ["--max-new-tokens", "3"]
+        ex.args += options(d, ex, [[], ["--seed", "1"], ["--batch-size", "2", "--seed", "0"],
+                                   ["--temperature", "0"], ["--prompt", "the dog"],
+                                   *GOOD_DEVICES],
+                           [["--batch-size", "0"], ["--top-p", "0"], ["--top-k", "0"],
+                            ["--prompt", "a", "--input", str(ex.folder)], *BAD_DEVICES])
     elif name == "export":
         ex.args = ["export", checkpoint(d, ex, world), "--out", str(output(d, ex, "export")),
                    *options(d, ex, [[], ["--average", "1"]],
@@ -359,8 +400,15 @@ def command(d: st.DataObject, ex: Example, world: World) -> None:
         ex.args = ["diagnose", target, "--out", str(output(d, ex, "diagnostics"))]
         if target.endswith(".yaml"):
             ex.args += [*overrides(d, ex, world),
-                        *options(d, ex, [[], ["--vary", "model.residual=pre,post"]],
-                                 [["--vary", "nonsense"], ["--vary", "model.heads=3"]])]
+                        *options(d, ex, [[], ["--vary", "model.residual=pre,post"],
+                                         ["--vary", "model.residual=pre,{name: admin, init: "
+                                          "profiled}", "--vary", "model.norm=layernorm,rmsnorm"]],
+                                 [["--vary", "nonsense"], ["--vary", "model.heads=3"],
+                                  ["--vary", "model.norm=rmsnorm", "--vary", "model.norm=dyt"],
+                                  ["--vary", "model.residual={name: admin, init: [1"]])]
+        else:  # a checkpoint is measured as trained: --vary and overrides are refused
+            ex.args += options(d, ex, [[]], [["--vary", "model.residual=pre,post"],
+                                             ["model.norm=rmsnorm"]])
         cache(d, ex)
     elif name == "sweep":
         axis = options(d, ex, [["model.norm=layernorm"], ["model.residual=pre,post"]],

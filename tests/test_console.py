@@ -1,5 +1,6 @@
-"""What ``normzoo train`` prints: one header line, a progress bar over the run's steps, and no
-third-party advertisements or internal deprecation warnings."""
+"""What ``normzoo train`` prints: one header line, a progress bar over the run's steps at a
+terminal (plain lines elsewhere: ``tests/test_cli_output.py``), and no third-party
+advertisements or internal deprecation warnings."""
 
 from __future__ import annotations
 
@@ -10,20 +11,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from terminal import run_with_terminal_stdout
 from tiny import tiny
 
 
 @pytest.mark.parametrize("steps", [4, 12])  # 12 steps: four epochs of the tiny corpus
 def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Path, steps: int):
+    """At a terminal (standard output a pseudo-terminal): the bar."""
     recipe = tiny(trainer={"max_steps": steps, "val_every_steps": 2, "progress_bar": True,
                            "log_every_steps": 1})
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "normzoo.cli", "train", str(path),
-                             f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
-                            env=env, timeout=300)
-    assert result.returncode == 0, result.stderr
+    result = run_with_terminal_stdout([sys.executable, "-m", "normzoo.cli", "train", str(path),
+                                       f"run.dir={tmp_path / 'run'}"], env=env)
+    assert result.code == 0, result.stderr
     console = result.stderr + result.stdout  # Lightning's bars write to stdout
     headers = [line for line in console.splitlines() if line.startswith("normzoo: ")]
     assert len(headers) == 1

@@ -146,8 +146,10 @@ def test_language_model_export_equals_normzoo(workspace: Path, tmp_path: Path, n
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert type(hf_model).__name__ == architecture
     loaded = normzoo.load(checkpoint)
+    assert tokenizer.padding_side == ("left" if task == "causal_lm" else "right")
 
-    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    # Padded on the right here, so that positions count from each row's first token in both.
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True, padding_side="right")
     ends = [EOS] if task == "mlm" else []
     for row, sentence in zip(batch["input_ids"].tolist(), SENTENCES, strict=True):
         assert [t for t in row if t != PAD] == [BOS, *loaded.tokenizer.encode(sentence), *ends]

@@ -135,3 +135,132 @@ def test_a_logger_that_is_not_installed_names_the_extra(monkeypatch: pytest.Monk
                         lambda name, *a: None if name == "mlflow" else real(name, *a))
     with pytest.raises(ConfigError, match=r"pip install 'normzoo\[mlflow\]'"):
         from_dict({"trainer": {"loggers": ["csv", "mlflow"]}})
+
+
+# -- what reaches other tools: the final test's scores, and the steps -------------------------
+
+def tensorboard_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of the run's TensorBoard event files (TFRecord framing: a
+    length, its CRC, an ``Event``, its CRC), read without TensorBoard installed."""
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, dict[int, float]] = {}
+    for events in sorted((run_dir / "logs" / "tb").glob("events.out.tfevents.*")):
+        data, pos = events.read_bytes(), 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[pos + 12:pos + 12 + length])
+            pos += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+    return scalars
+
+
+def csv_metric(run_dir: Path, key: str) -> dict[int, float]:
+    with open(run_dir / "logs" / "csv" / "metrics.csv", newline="", encoding="utf-8") as f:
+        return {int(row["step"]): float(row[key]) for row in csv.DictReader(f) if row.get(key)}
+
+
+def test_test_bleu_and_chrf_reach_every_logger(logged_run: Path):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    summary = json.loads((logged_run / "summary.json").read_text(encoding="utf-8"))
+    steps, test = summary["steps"], summary["test"]
+    want = {"test/bleu": {steps: test["bleu"]}, "test/chrf": {steps: test["chrf"]}}
+    assert test["chrf"] > 0  # not a vacuous comparison of zeros
+
+    assert {key: csv_metric(logged_run, key) for key in want} == want
+
+    scalars = tensorboard_scalars(logged_run)
+    for key, values in want.items():
+        assert scalars[key] == pytest.approx(values, rel=1e-6)
+
+    client = MlflowClient(tracking_uri=(logged_run / "logs" / "mlruns").absolute().as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("nz-test").experiment_id])
+    for key, values in want.items():
+        history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+        assert history == pytest.approx(values)
+
+    (run_file,) = (logged_run / "logs" / "wandb").glob("offline-run-*/run-*.wandb")
+    logged: dict[str, dict[int, float]] = {}
+    for record in wandb_records(run_file):
+        if record.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                     for i in record.history.item}
+            for key in want:
+                if key in items:
+                    logged.setdefault(key, {})[int(items["trainer/global_step"])] = items[key]
+    assert logged.keys() == want.keys()
+    for key, values in want.items():
+        assert logged[key] == pytest.approx(values)
+
+
+def test_tensorboard_has_the_steps_of_the_csv(logged_run: Path):
+    """Every scalar sits at the same step in TensorBoard as in ``metrics.csv``: the 0-based
+    index of the update for training and validation, the number of updates for the test."""
+    scalars = tensorboard_scalars(logged_run)
+    with open(logged_run / "logs" / "csv" / "metrics.csv", newline="", encoding="utf-8") as f:
+        keys = [key for key in next(csv.reader(f)) if key not in ("step", "epoch")]
+    assert {"train/loss", "train/lr", "val/loss", "test/bleu"} <= set(keys)
+    for key in keys:
+        assert scalars[key] == pytest.approx(csv_metric(logged_run, key), rel=1e-6), key
+
+
+def test_a_language_models_test_perplexity_reaches_mlflow(tmp_path: Path):
+    from mlflow.tracking import MlflowClient
+    from tiny import toy_text
+
+    toy_text(tmp_path, (60, 8, 8))
+    recipe = from_dict(tiny(
+        task="causal_lm", model={"family": "decoder", "encoder_layers": 0},
+        data={"source": "files", "dir": str(tmp_path)}, run={"dir": str(tmp_path / "run")},
+        trainer={"max_steps": 2, "val_every_steps": 2, "loggers": ["csv", "mlflow"]}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+        summary = train.run(recipe, "lm.yaml")
+    run_dir = tmp_path / "run"
+    client = MlflowClient(tracking_uri=(run_dir / "logs" / "mlruns").absolute().as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("normzoo").experiment_id])
+    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "test/ppl")}
+    assert history == pytest.approx({summary["steps"]: summary["test"]["ppl"]})
+    assert csv_metric(run_dir, "test/ppl") == pytest.approx(history)
+
+
+def test_averaged_and_greedy_scores_go_to_every_logger():
+    from types import SimpleNamespace
+
+    from lightning.pytorch.loggers import Logger
+
+    from normzoo.run.final_test import log_test_scores
+
+    class Recording(Logger):
+        name, version = "recording", 0
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[dict[str, float], int | None]] = []
+            self.finalized: list[str] = []
+
+        def log_metrics(self, metrics, step=None) -> None:
+            self.calls.append((dict(metrics), step))
+
+        def log_hyperparams(self, params, *args, **kwargs) -> None:
+            pass
+
+        def finalize(self, status: str) -> None:
+            self.finalized.append(status)
+
+    loggers = [Recording(), Recording()]
+    summary = {"split": "test", "beam": 4, "bleu": 31.5, "chrf": 55.25, "greedy_bleu": 30.0,
+               "signature": "nrefs:1|...", "copy_source_bleu": 1.0, "sentences": 10,
+               "averaged": {"requested": 5, "checkpoints": ["step-10.ckpt"], "bleu": 32.0,
+                            "chrf": 56.0, "greedy_bleu": 31.0}}
+    log_test_scores(SimpleNamespace(loggers=loggers, global_step=120), summary)
+    for logger in loggers:
+        assert logger.calls == [({"test/bleu": 31.5, "test/chrf": 55.25, "test/greedy_bleu": 30.0,
+                                  "test/averaged/bleu": 32.0, "test/averaged/chrf": 56.0,
+                                  "test/averaged/greedy_bleu": 31.0}, 120)]
+        assert logger.finalized == ["success"]

@@ -299,9 +299,9 @@ def test_prepare_command_reports_what_it_wrote(tmp_path: Path):
                             env={**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("train train: 200 pairs")
+    assert lines[0].startswith("train: 200 pairs")  # the role, once: the split has its name
     assert "dropped" in lines[0] and "longer than data.max_len=5" in lines[0]
-    assert lines[1].startswith("valid valid: 200 pairs") and lines[2].startswith("test  test:")
+    assert lines[1].startswith("valid: 200 pairs") and lines[2].startswith("test:  ")
     assert lines[3].startswith("built in ") and "MiB" in lines[3]
     manifest = json.loads((Path(lines[3].split(": ", 1)[1].split(" (")[0])
                            / "manifest.json").read_text())

@@ -273,8 +273,8 @@ def test_language_model_summary_reports_each_split(task_name: str, text_dir: Pat
                                                     tmp_path: Path):
     """summary.json's ``validation`` is the validation split's metrics and ``test`` the test
     split's, both of the best checkpoint: the validation loss is the one that made it the best,
-    and (causal LM) each equals ``normzoo evaluate --split`` of it. (MLM masks depend on how
-    evaluate batches, so its numbers are not comparable.)
+    and (causal LM) each equals ``normzoo evaluate --split`` of it (masked LM:
+    ``tests/test_mlm_eval.py``).
 
     The final test used to run ``trainer.validate`` on the test split, which overwrote the
     ``val/*`` metrics that the summary then reported as validation.
@@ -291,7 +291,9 @@ def test_language_model_summary_reports_each_split(task_name: str, text_dir: Pat
     validation, test = summary["validation"], summary["test"]
     assert test["split"] == "test"
     assert validation["val/loss"] == pytest.approx(_best_score(Path(best)), abs=1e-5)
-    assert validation["val/loss"] != pytest.approx(test["loss"], abs=1e-3)
+    # Two splits of a barely trained model can score within 1e-3; one overwriting the other
+    # would be equal to the last digit.
+    assert validation["val/loss"] != pytest.approx(test["loss"], abs=1e-6)
     if task_name == "mlm":
         assert set(validation) == {"val/loss", "val/mlm_acc"}
         assert set(test) == {"split", "loss", "mlm_acc"}

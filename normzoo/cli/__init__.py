@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import typer
+from typer.core import TyperCommand
 
 from normzoo import __version__
 from normzoo.cli import (
@@ -29,6 +30,7 @@ from normzoo.cli import (
     translate,
 )
 from normzoo.cli import list as listing
+from normzoo.cli.help import ReadableCommand, ReadableGroup
 from normzoo.errors import NormzooError
 
 __all__ = ["app", "main"]
@@ -39,6 +41,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for the user's shell
     pretty_exceptions_enable=False,
+    cls=ReadableGroup,
 )
 
 
@@ -60,17 +63,21 @@ def _root(
 
 # In the order `normzoo --help` lists them. Importing normzoo.cli.list also binds `list` in this
 # namespace to that module, hiding the builtin here: nothing in this file uses the builtin.
-app.command("list")(listing.list_plugins)
-app.command("train")(train.train)
-app.command("prepare")(prepare.prepare)
-app.command("evaluate")(evaluate.evaluate)
-app.command("translate")(translate.translate)
-app.command("generate")(generate.generate)
-app.command("export")(export.export)
-app.command("diagnose")(diagnose.diagnose)
-app.command("sweep")(sweep.sweep)
-app.command("compare")(compare.compare)
-app.add_typer(recipe.app, name="recipe")
+# Every command's help reads as git's and pip's does (normzoo.cli.help).
+app.command("list", cls=ReadableCommand)(listing.list_plugins)
+app.command("train", cls=ReadableCommand)(train.train)
+app.command("prepare", cls=ReadableCommand)(prepare.prepare)
+app.command("evaluate", cls=ReadableCommand)(evaluate.evaluate)
+app.command("translate", cls=ReadableCommand)(translate.translate)
+app.command("generate", cls=ReadableCommand)(generate.generate)
+app.command("export", cls=ReadableCommand)(export.export)
+app.command("diagnose", cls=ReadableCommand)(diagnose.diagnose)
+app.command("sweep", cls=ReadableCommand)(sweep.sweep)
+app.command("compare", cls=ReadableCommand)(compare.compare)
+for _command in recipe.app.registered_commands:  # the recipe group's, as they are registered
+    if _command.cls in (None, TyperCommand):
+        _command.cls = ReadableCommand
+app.add_typer(recipe.app, name="recipe", cls=ReadableGroup)
 
 
 def _debug_in_argv(argv: Sequence[str]) -> bool:

@@ -67,22 +67,100 @@ def file_system_failures() -> Iterator[None]:
         raise RuntimeFailure(f"could not write{where}: {os_reason(error)}") from None
 
 
+DEVICE_HELP = "Where the model runs: cpu, cuda, cuda:N (the Nth GPU), mps or auto (a GPU if any)."
+
+
+def beam_option() -> typer.models.OptionInfo:
+    return typer.Option(None, min=1, metavar="K",
+                        help="Beam size (default: the recipe's eval.beam).")
+
+
+def lenpen_option() -> typer.models.OptionInfo:
+    return typer.Option(None, min=0.0, metavar="A",
+                        help="Length penalty exponent (default: the recipe's eval.lenpen).")
+
+
+def batch_tokens_option() -> typer.models.OptionInfo:
+    return typer.Option(4096, min=1, metavar="N", help="Source tokens per decoding batch.")
+
+
+def device_option() -> typer.models.OptionInfo:
+    """``--device``, as ``evaluate``, ``translate`` and ``generate`` take it."""
+    return typer.Option("cpu", "--device", metavar="DEVICE", help=DEVICE_HELP)
+
+
 def read_inputs(path: Path | None) -> list[str]:
-    """Input sentences from ``path``, or from standard input when it is None; none is an error."""
+    """Input lines from ``path``, or from standard input when it is None. Every line counts,
+    empty ones too (each gets an empty output line); no line at all (no bytes) is an error."""
     import sys
 
-    from normzoo.data.sources import decode_lines, read_lines
-    from normzoo.errors import NormzooError
+    from normzoo.data.sources import DataError, decode_lines
 
     if path is not None:
-        lines = read_lines(path)
+        if not path.is_file():
+            state = "is a directory" if path.is_dir() else "not found"
+            raise DataError(f"input file {path} {state}")
+        lines = decode_lines(path.read_bytes(), str(path))
     else:  # bytes, checked as a file's are: the text layer would pass on undecodable ones
         stdin = getattr(sys.stdin, "buffer", None)
         lines = (decode_lines(stdin.read(), "standard input") if stdin is not None
                  else sys.stdin.read().splitlines())
-    if not lines or not any(line.strip() for line in lines):
-        raise NormzooError("no input sentences (the input is empty)")
+    if not lines:
+        raise DataError(f"no input lines ({path or 'standard input'} is empty)")
     return lines
+
+
+def interactive(path: Path | None) -> bool:
+    """Whether the lines come from a person at a terminal (no file given, standard input a
+    terminal): then each is answered as soon as it is typed, not after the end of input."""
+    import sys
+
+    try:
+        return path is None and sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):  # a replaced stream without isatty, or a closed one
+        return False
+
+
+def typed_lines() -> Iterator[tuple[int, str]]:
+    """Lines typed at the terminal, numbered from 1, each after a ``> `` prompt on standard
+    error (standard output holds only the answers), until end of input (Ctrl-D)."""
+    import sys
+
+    typer.echo("one line at a time; end with Ctrl-D", err=True)
+    stdin = getattr(sys.stdin, "buffer", None)
+    number = 0
+    while True:
+        typer.echo("> ", nl=False, err=True)
+        # Bytes, decoded leniently: a mistyped byte must not end the session.
+        line = (stdin.readline().decode("utf-8", "replace") if stdin is not None
+                else sys.stdin.readline())
+        if not line:  # end of input
+            typer.echo("", err=True)
+            return
+        number += 1
+        yield number, line.rstrip("\n").rstrip("\r")
+
+
+@contextlib.contextmanager
+def input_warnings() -> Iterator[None]:
+    """An input line cut to fit the model (:class:`normzoo.evaluate.InputCut`) as a
+    ``warning: line N: ...`` line on standard error, when it happens (every one, not once)."""
+    import warnings
+
+    from normzoo.evaluate import InputCut
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", InputCut)
+        shown = warnings.showwarning
+
+        def show(message, category, *args, **kwargs) -> None:
+            if issubclass(category, InputCut):
+                typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show  # put back by catch_warnings
+        yield
 
 
 def check_output_file(path: Path, option: str) -> None:

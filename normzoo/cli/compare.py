@@ -15,12 +15,16 @@ from normzoo.cli.common import user_errors
 
 @user_errors
 def compare(
-    baseline: list[Path] = typer.Option(..., "--baseline", "-b", help="A finished translation "
-                                        "run directory (repeat: one per seed)."),
-    system: list[Path] = typer.Option(..., "--system", "-s", help="The run compared with it "
-                                      "(repeat: one per seed, in the baselines' order)."),
-    data_dir: Path = typer.Option(None, help="Where the recipes' data files are now."),
-    samples: int = typer.Option(1000, min=10, help="Bootstrap resamples."),
+    baseline: list[Path] = typer.Option(..., "--baseline", "-b", metavar="RUN_DIR",
+                                        help="A finished translation run directory (repeat: "
+                                        "one per seed)."),
+    system: list[Path] = typer.Option(..., "--system", "-s", metavar="RUN_DIR",
+                                      help="The run compared with it (repeat: one per seed, "
+                                      "in the baselines' order)."),
+    data_dir: Path = typer.Option(None, metavar="DIR",
+                                  help="Where the recipes' data files are now."),
+    samples: int = typer.Option(1000, min=10, metavar="N",
+                                help="Bootstrap resamples (at least 10)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Paired bootstrap resampling of SYSTEM against BASELINE on their test translations.

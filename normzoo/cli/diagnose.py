@@ -15,18 +15,31 @@ from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
 
 @user_errors
 def diagnose(
-    target: Path = typer.Argument(..., help="A recipe (measured at initialisation) or a .ckpt."),
-    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
-    vary: str = typer.Option(
-        None, help="Compare variants on the same batch: KEY=V1,V2,... e.g. "
-        "model.residual=post,pre,deepnorm"),
-    out: Path = typer.Option(Path("diagnostics"), help="Folder for the table and PNG plots."),
-    data_dir: Path = typer.Option(None, help="Where the recipe's data files are now."),
+    target: Path = typer.Argument(..., metavar="RECIPE_OR_CKPT",
+                                  help="A recipe (measured at initialisation) or a .ckpt."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
+                                          show_default=False),
+    vary: list[str] = typer.Option(
+        None, "--vary", metavar="KEY=V1,V2,...", show_default=False,
+        help="Compare variants on the same batch, e.g. model.residual=post,pre,deepnorm; a "
+        "value may be a mapping ({name: admin, init: profiled}). Repeat for more axes: every "
+        "combination is measured. Recipes only."),
+    out: Path = typer.Option(Path("diagnostics"), metavar="DIR",
+                             help="Folder for the table and PNG plots."),
+    data_dir: Path = typer.Option(None, metavar="DIR",
+                                  help="Where the recipe's data files are now."),
 ) -> None:
     """Measure gradient norms, stream norms, branch ratios and norm inputs by depth on one
     training batch; print a table and save plots."""
     from normzoo import recipe as recipes
-    from normzoo.diagnostics.diagnose import Variant, first_batch, measure, plot, table
+    from normzoo.diagnostics.diagnose import (
+        Variant,
+        first_batch,
+        measure,
+        plot,
+        recipe_variants,
+        table,
+    )
     from normzoo.errors import NormzooError
     from normzoo.machine import check_machine
 
@@ -34,22 +47,17 @@ def diagnose(
         return check_machine(recipes.from_dict(data), training=False)
 
     if target.suffix in (".yaml", ".yml"):
-        base = recipes.read_yaml(target)
-        data = recipes.apply_overrides(base, overrides or [])
-        variants = []
-        if vary:
-            key, _, values = vary.partition("=")
-            if not values:
-                raise NormzooError("--vary must look like KEY=V1,V2")
-            for value in values.split(","):
-                resolved = resolve(recipes.apply_overrides(data, [f"{key}={value}"]))
-                variants.append(Variant(f"{key.split('.')[-1]}={value}", resolved))
-        else:
-            variants.append(Variant(target.stem, resolve(data)))
+        data = recipes.apply_overrides(recipes.read_yaml(target), overrides or [])
+        variants = recipe_variants(data, vary or [], target.stem, resolve)
         from normzoo.data.prepare import recipe_tokenizer
 
         tokenizer = recipe_tokenizer(variants[0].recipe)
     else:
+        if vary or overrides:  # a checkpoint is measured as it was trained
+            given = "--vary" if vary else f"the override {overrides[0]!r}"
+            raise NormzooError(f"{given} applies to a recipe, not to the checkpoint {target}: "
+                               "its weights were trained with its own recipe; diagnose the "
+                               "recipe (at initialisation) to compare variants")
         from normzoo.checkpoint import load
 
         loaded = load(target)

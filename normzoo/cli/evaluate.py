@@ -11,23 +11,38 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import check_output_file, user_errors
+from normzoo.cli.common import (
+    batch_tokens_option,
+    beam_option,
+    check_output_file,
+    device_option,
+    input_warnings,
+    lenpen_option,
+    user_errors,
+)
 
 
 @user_errors
 def evaluate(
-    checkpoint: Path = typer.Argument(..., help="A .ckpt file or an export directory."),
-    split: str = typer.Option(None, help="Split of the recipe's data, e.g. test (default)."),
-    src: Path = typer.Option(None, help="Source sentences, one per line (instead of --split)."),
-    ref: Path = typer.Option(None, help="Raw references, line-aligned with --src."),
-    data_dir: Path = typer.Option(None, help="Where the recipe's data files are now."),
-    beam: int = typer.Option(None, min=1, help="Beam size (default: the recipe's eval.beam)."),
-    lenpen: float = typer.Option(None, min=0.0, help="Length penalty exponent."),
-    batch_tokens: int = typer.Option(4096, min=1, help="Source tokens per decoding batch."),
+    checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT",
+                                      help="A .ckpt file or an export directory."),
+    split: str = typer.Option(None, metavar="NAME", help="Split of the recipe's data "
+                              "(default: its data.test_split, e.g. test)."),
+    src: Path = typer.Option(None, metavar="FILE",
+                             help="Source sentences, one per line (instead of --split)."),
+    ref: Path = typer.Option(None, metavar="FILE",
+                             help="Raw references, line-aligned with --src."),
+    data_dir: Path = typer.Option(None, metavar="DIR",
+                                  help="Where the recipe's data files are now."),
+    beam: int = beam_option(),
+    lenpen: float = lenpen_option(),
+    batch_tokens: int = batch_tokens_option(),
     bf16: bool = typer.Option(False, "--bf16", help="Decode under bf16 autocast (translation; "
                               "on a CPU with bf16 instructions or a GPU)."),
-    hyps: Path = typer.Option(None, help="Where to write hypotheses (default hyps.SPLIT.txt)."),
+    hyps: Path = typer.Option(None, metavar="FILE",
+                              help="Where to write hypotheses (default: hyps.SPLIT.txt)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    device: str = device_option(),
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
@@ -39,7 +54,7 @@ def evaluate(
 
     if hyps is not None:
         check_output_file(hyps, "--hyps")
-    loaded = load(checkpoint)
+    loaded = load(checkpoint, device)
     if (src is None) != (ref is None) and loaded.recipe.task == "translation":
         raise NormzooError("--src and --ref go together")
     data = loaded.recipe.data
@@ -63,8 +78,9 @@ def evaluate(
     from normzoo.scoring import score
 
     config = loaded.eval_config(beam, lenpen)
-    hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
-                                  max_tokens=batch_tokens, bf16=bf16)
+    with input_warnings():  # a sentence longer than the model's positions, named
+        hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
+                                      max_tokens=batch_tokens, bf16=bf16)
     out = hyps or Path(f"hyps.{name}.txt")
     check_output_file(out, "--hyps")
     atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all

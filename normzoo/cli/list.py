@@ -14,7 +14,8 @@ from normzoo.errors import NormzooError
 
 
 def list_plugins(
-    kind: str = typer.Argument("all", help="What to list: all, norms or residuals."),
+    kind: str = typer.Argument("all", metavar="[all|norms|residuals]",
+                               help="What to list (norm and residual work too)."),
     check: bool = typer.Option(
         False, "--check",
         help="Exit 1 if any entry is BROKEN or CONFLICT (for a plugin's CI, like pip check)."),

@@ -16,7 +16,8 @@ from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
 @user_errors
 def prepare(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
-    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
+                                          show_default=False),
 ) -> None:
     """Encode RECIPE's data once into the memory-mapped cache that `train` reads: trains or
     loads the tokenizer, encodes every split, and prints what it wrote."""

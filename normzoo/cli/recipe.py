@@ -18,7 +18,8 @@ app = typer.Typer(help="Inspect recipes: print them resolved, or validate them."
 @user_errors
 def show(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
-    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
+                                          show_default=False),
 ) -> None:
     """Print the resolved recipe (defaults filled in, overrides applied) as YAML."""
     from normzoo import recipe as recipes
@@ -31,11 +32,14 @@ def show(
 @user_errors
 def validate(
     recipe: Path = typer.Argument(..., help="Recipe YAML file."),
-    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
+                                          show_default=False),
 ) -> None:
-    """Check a recipe against the schema, the installed plugins and what this machine can run
-    (memory, CPU cores); exit 2 with every error."""
+    """Check a recipe against the schema, the installed plugins, what this machine can run
+    (memory, CPU cores) and the inputs it names (data files, init.from); exit 2 with every
+    error."""
     from normzoo import recipe as recipes
+    from normzoo.recipe.paths import check_inputs
 
-    recipes.load(recipe, overrides or [], machine=True)
+    check_inputs(recipes.load(recipe, overrides or [], machine=True))
     typer.echo(f"{recipe}: ok")

@@ -6,6 +6,7 @@ Torch and Lightning load inside the command, never at import, to keep ``normzoo 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -15,24 +16,36 @@ from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
 
 @user_errors
 def train(
-    recipe: Path = typer.Argument(..., help="Recipe YAML file."),
-    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    recipe: Path = typer.Argument(..., metavar="RECIPE", help="Recipe YAML file."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
+                                          show_default=False),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing run directory."),
     resume: str = typer.Option(
-        None, help="Continue a run: 'auto' (its checkpoints/last.ckpt) or a checkpoint path."
+        None, metavar="auto|CKPT",
+        help="Continue a run: 'auto' (its checkpoints/last.ckpt) or a checkpoint path."
     ),
 ) -> None:
-    """Train a model from RECIPE; writes a run directory with checkpoints, logs and a summary."""
-    from normzoo import recipe as recipes
+    """Train a model from RECIPE; writes a run directory with checkpoints, logs and a summary.
 
-    resolved = recipes.load(recipe, overrides or [], machine=True)
+    init.from=CKPT starts a new run from a checkpoint's weights (step 0, a fresh optimizer and
+    schedule); --resume continues a run where it stopped."""
+    from normzoo import recipe as recipes
+    from normzoo.recipe.paths import check_inputs
+
+    # The data is read minutes later (after the tokenizer): a missing file fails now.
+    resolved = check_inputs(recipes.load(recipe, overrides or [], machine=True),
+                            resuming=resume is not None)
     from normzoo.train import run
 
     with file_system_failures():
-        summary = run(resolved, recipe, force=force, resume=resume)
+        summary = run(resolved, recipe, force=force, resume=resume, overrides=overrides or [])
     if summary is None:  # another process of a multi-process run: rank 0 reports
         return
-    typer.echo(json.dumps(summary, indent=2))
+    if sys.stdout.isatty():
+        typer.echo(json.dumps(summary, indent=2))
+    else:  # a log file keeps to plain lines; the summary is one file away
+        typer.echo(f"summary: {Path(summary['run_dir']) / 'summary.json'} "
+                   f"({summary.get('status', '')}, {summary.get('steps', '?')} steps)")
     test = summary.get("test", {})
     if "bleu" in test:
         typer.secho(

@@ -9,21 +9,47 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import read_inputs, user_errors
+from normzoo.cli.common import (
+    batch_tokens_option,
+    beam_option,
+    device_option,
+    input_warnings,
+    interactive,
+    lenpen_option,
+    read_inputs,
+    typed_lines,
+    user_errors,
+)
 
 
 @user_errors
 def translate(
-    checkpoint: Path = typer.Argument(..., help="A .ckpt file or an export directory."),
-    input: Path = typer.Option(None, "--input", "-i", help="Read sentences from FILE, not stdin."),
-    beam: int = typer.Option(None, min=1, help="Beam size (default: the recipe's eval.beam)."),
-    lenpen: float = typer.Option(None, min=0.0, help="Length penalty exponent."),
-    batch_tokens: int = typer.Option(4096, min=1, help="Source tokens per decoding batch."),
+    checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT",
+                                      help="A .ckpt file or an export directory."),
+    input: Path = typer.Option(None, "--input", "-i", metavar="FILE",
+                               help="Read sentences from FILE, not stdin."),
+    beam: int = beam_option(),
+    lenpen: float = lenpen_option(),
+    batch_tokens: int = batch_tokens_option(),
+    device: str = device_option(),
 ) -> None:
-    """Translate sentences (one per line, stdin or --input) and print one translation per line."""
+    """Translate sentences (one per line, stdin or --input) and print one translation per line.
+
+    From a file or a pipe the sentences are decoded in batches of about --batch-tokens source
+    tokens; at a terminal each line is translated as soon as it is typed. An empty line gets
+    an empty line; a line longer than the model's positions is cut to fit, with a warning that
+    names it."""
     from normzoo.checkpoint import load
 
-    lines = read_inputs(input)
-    loaded = load(checkpoint)
-    for line in loaded.translate(lines, beam=beam, lenpen=lenpen, max_tokens=batch_tokens):
-        typer.echo(line)
+    live = interactive(input)
+    lines = None if live else read_inputs(input)
+    loaded = load(checkpoint, device)
+    with input_warnings():
+        if lines is not None:
+            for line in loaded.translate(lines, beam=beam, lenpen=lenpen,
+                                         max_tokens=batch_tokens):
+                typer.echo(line)
+            return
+        for number, line in typed_lines():
+            typer.echo(loaded.translate([line], beam=beam, lenpen=lenpen,
+                                        max_tokens=batch_tokens, first_line=number)[0])

@@ -118,8 +118,10 @@ class ParallelData(_Indexed):
 class SentenceData(_Indexed):
     """Encoded sentences for masked LM: BOS + tokens + EOS, one example per non-empty line.
 
-    With ``mask_seed`` set (validation, evaluation), a batch's masks depend only on the seed and
-    the batch, so the metric compares checkpoints on the same masked tokens every time.
+    With ``mask_seed`` set (validation, test, evaluation), each sentence's masks depend only on
+    the seed and the sentence's line number, not on the batch it falls in (token budget, number
+    of processes), so the metric compares checkpoints on the same masked tokens every time and
+    ``normzoo evaluate`` scores what the run's final test scored.
     """
 
     def __init__(self, lines: TokenTable, max_len: int, vocab_size: int, mask_prob: float,
@@ -147,26 +149,59 @@ class SentenceData(_Indexed):
                 for i in items]
 
     def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
-        seed = None if self.mask_seed is None else self.mask_seed * 1_000_003 + int(items[0])
-        return mask_tokens(pad(self.rows(items)), self.vocab_size, self.mask_prob, seed)
+        return mask_tokens(pad(self.rows(items)), self.vocab_size, self.mask_prob,
+                           self.mask_seed, lines=self.keep[np.asarray(items, dtype=np.int64)])
 
 
-def mask_tokens(tokens: torch.Tensor, vocab_size: int, mask_prob: float,
-                seed: int | None) -> dict[str, torch.Tensor]:
-    """BERT masking: of the chosen positions, 80% -> <mask>, 10% random, 10% unchanged."""
-    rng = None if seed is None else torch.Generator().manual_seed(seed)
+# SplitMix64's increment and multipliers (Steele et al. 2014), for the seeded masks.
+_GOLDEN, _MIX1, _MIX2 = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9),
+                         np.uint64(0x94D049BB133111EB))
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's step: ``z`` plus the increment, scrambled (wrapping uint64 arithmetic)."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def _hashed_uniforms(seed: int, stream: int, lines: np.ndarray, width: int) -> torch.Tensor:
+    """``[len(lines), width]`` numbers in [0, 1): entry (i, j) a hash of (``seed``,
+    ``stream``, ``lines[i]``, j), so it is the same in any batch that holds line ``lines[i]``."""
+    with np.errstate(over="ignore"):
+        key = _mix(np.array([(seed % 2**64) ^ (stream << 56)], dtype=np.uint64))
+        key = _mix(key + np.asarray(lines, dtype=np.uint64)[:, None])
+        key = _mix(key + np.arange(width, dtype=np.uint64)[None, :])
+    return torch.from_numpy((key >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+
+def mask_tokens(tokens: torch.Tensor, vocab_size: int, mask_prob: float, seed: int | None,
+                lines: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+    """BERT masking: of the chosen positions, 80% -> <mask>, 10% random, 10% unchanged.
+
+    Without ``seed`` the draws come from torch's global generator (training). With one, each
+    draw for position j of row i is a hash of (``seed``, ``lines[i]``, j): a sentence gets the
+    same masks whatever batch it is in and wherever in it (``lines`` names each row's sentence;
+    default, its row)."""
+    if seed is None:
+        pick, roll = torch.rand(tokens.shape), torch.rand(tokens.shape)
+        random_ids = torch.randint(len(SPECIALS), vocab_size, tokens.shape)
+    else:
+        keys = np.arange(len(tokens)) if lines is None else np.asarray(lines)
+        pick, roll, draw = (_hashed_uniforms(seed, stream, keys, tokens.shape[1])
+                            for stream in range(3))
+        random_ids = len(SPECIALS) + (draw * (vocab_size - len(SPECIALS))).long()
     maskable = tokens >= len(SPECIALS)
-    chosen = (torch.rand(tokens.shape, generator=rng) < mask_prob) & maskable
+    chosen = (pick < mask_prob) & maskable
     # At least one target per sentence, so no example contributes nothing.
     none = ~chosen.any(dim=1) & maskable.any(dim=1)
     if none.any():
         first = maskable.float().argmax(dim=1)
         chosen[none, first[none]] = True
     labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
-    roll = torch.rand(tokens.shape, generator=rng)
     inputs = tokens.clone()
     inputs[chosen & (roll < 0.8)] = MASK
-    random_ids = torch.randint(len(SPECIALS), vocab_size, tokens.shape, generator=rng)
     swap = chosen & (roll >= 0.8) & (roll < 0.9)
     inputs[swap] = random_ids[swap]
     return {"tokens": inputs, "labels": labels, "ntokens": int(maskable.sum())}

@@ -224,7 +224,10 @@ def describe(prepared: Prepared, report: Report) -> list[str]:
     lines = []
     for role in (r for r in ROLES if r in manifest["splits"]):
         stats = manifest["splits"][role]
-        line = f"{role:5s} {stats['split']}: {stats['rows']:,} {unit}, {stats['tokens']:,} tokens"
+        # The role alone where the split has its name ("train:"), both where they differ
+        # ("valid (val):", "test (test2016):").
+        name = role if stats["split"] == role else f"{role} ({stats['split']})"
+        line = f"{name + ':':6s} {stats['rows']:,} {unit}, {stats['tokens']:,} tokens"
         dropped = {why: n for why, n in stats.get("dropped", {}).items() if n}
         if dropped:
             line += "; dropped " + ", ".join(f"{n:,} {why}" for why, n in dropped.items())

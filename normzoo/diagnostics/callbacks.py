@@ -22,9 +22,19 @@ from normzoo.errors import NormzooError
 
 
 class DivergenceError(NormzooError):
-    """Training produced a non-finite or exploding loss or gradient; the run was stopped."""
+    """Training produced a non-finite or exploding loss or gradient; the run was stopped.
+
+    ``step`` and ``last_checkpoint`` travel with the message so that ``summary.json`` can
+    record them as fields, not only as text.
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str, step: int | None = None,
+                 last_checkpoint: str | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.last_checkpoint = last_checkpoint
 
 
 class DiagnosticsCallback(L.Callback):
@@ -92,10 +102,11 @@ class DivergenceGuard(L.Callback):
         model = pl_module.model
         layer = first_non_finite(model, lambda: pl_module.logits(self._batch))
         param = first_non_finite_gradient(model)
-        last = getattr(trainer.checkpoint_callback, "last_model_path", "") or "none yet"
+        saved = getattr(trainer.checkpoint_callback, "last_model_path", "") or None
         raise DivergenceError(
             f"training diverged at step {trainer.global_step}: loss {float(loss):.4g}, "
             f"gradient norm {float(grad_norm):.4g}; first non-finite output: "
             f"{layer or 'none (finite forward pass)'}; first non-finite gradient: "
-            f"{param or 'none'}. The last good checkpoint is {last}"
+            f"{param or 'none'}. The last good checkpoint is {saved or 'none yet'}",
+            step=trainer.global_step, last_checkpoint=saved,
         )

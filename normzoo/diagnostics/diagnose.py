@@ -8,6 +8,7 @@ can be compared directly.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,35 @@ class Variant:
     recipe: Recipe
     state_dict: dict[str, torch.Tensor] | None = None
     tokenizer_json: str | None = None
+
+
+def recipe_variants(data: dict, vary: list[str], name: str,
+                    resolve: Callable[[dict], Recipe]) -> list[Variant]:
+    """The variants ``--vary`` asks for, as a sweep's ``--set`` axes (:mod:`.grid`): each
+    ``KEY=V1,V2,...`` is one axis (its values split on the commas outside brackets, so a value
+    may be a mapping such as ``{name: admin, init: profiled}``; tied keys ``K1,K2=...`` move
+    together), and every combination of the axes is one variant, labelled by its values.
+    Without ``--vary``, the recipe ``data`` itself, labelled ``name``. ``resolve`` turns a
+    recipe's data (overrides applied) into the recipe measured."""
+    from normzoo import recipe as recipes
+    from normzoo.diagnostics.grid import cell_overrides, cells, label, parse_grid
+    from normzoo.errors import NormzooError
+
+    if not vary:
+        return [Variant(name, resolve(data))]
+    for text in vary:
+        key, _, values = text.partition("=")
+        if not key.strip() or not values.strip(","):
+            raise NormzooError(f"--vary {text!r} must look like KEY=V1,V2,... "
+                               "(e.g. model.residual=post,pre)")
+    grid = parse_grid(vary)
+    keys = [key.strip() for axis, _ in grid for key in axis.split(",")]
+    if twice := sorted({key for key in keys if keys.count(key) > 1}):
+        raise NormzooError(f"--vary names {', '.join(twice)} more than once; give each key "
+                           "one --vary with all its values")
+    return [Variant(", ".join(f"{label(axis)}={value}" for axis, value in cell.items()),
+                    resolve(recipes.apply_overrides(data, cell_overrides(cell))))
+            for cell in cells(grid)]
 
 
 def first_batch(recipe: Recipe, tokenizer) -> dict:

@@ -94,7 +94,8 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
     # A cell that was killed or pre-empted continues from its newest checkpoint.
     resume = "auto" if newest_checkpoint(run_dir / "checkpoints") else None
     try:
-        summary = run(resolved, recipe_path, force=resume is None, resume=resume)
+        summary = run(resolved, recipe_path, force=resume is None, resume=resume,
+                      overrides=overrides)
         row.update(status="ok", diverged_at_step="", steps=summary["steps"],
                    stopped=summary.get("stopped", ""),
                    metric_value=summary["validation"].get(metric, ""),

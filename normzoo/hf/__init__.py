@@ -41,7 +41,7 @@ def _tokenizer(loaded: Any, family: str, max_positions: int) -> Any:
     """normzoo's tokenizer as a ``transformers`` fast tokenizer that adds the special tokens
     normzoo's data adds: source + </s> (translation), <s> + text (causal LM), <s> text </s>
     (masked LM)."""
-    from tokenizers import Tokenizer
+    from tokenizers import AddedToken, Tokenizer
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
 
@@ -51,29 +51,79 @@ def _tokenizer(loaded: Any, family: str, max_positions: int) -> Any:
     backend = Tokenizer.from_str(loaded.tokenizer.backend.to_str())
     backend.post_processor = TemplateProcessing(
         single=template, special_tokens=[(bos, BOS), (eos, EOS)])
+    # "is <mask> a": the masked token was a whole "▁word", its space included (as RoBERTa's).
+    mask_token = AddedToken(mask, lstrip=True, rstrip=False, normalized=False, special=True)
+    backend.add_special_tokens([mask_token])
+    # A decoder continues the end of its prompt: a batch of prompts is padded on the left.
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token=pad, bos_token=bos, eos_token=eos, unk_token=unk,
-        mask_token=mask, model_max_length=max_positions, padding_side="right")
+        mask_token=mask_token, model_max_length=max_positions,
+        padding_side="left" if family == "decoder" else "right")
 
 
 def _generation_config(loaded: Any, family: str) -> Any:
     """normzoo's decoding settings: never PAD or BOS (so greedy search is token for token
     normzoo's), the recipe's beam and length penalty (normzoo's beam search is fairseq's,
-    which ``transformers``' is not, so beams may differ)."""
+    which ``transformers``' is not, so beams may differ).
+
+    Lengths are set by ``max_new_tokens`` alone (``max_length`` beside it makes ``generate``
+    warn whenever a caller passes ``max_new_tokens``): a decoder continues for as many tokens
+    as ``normzoo generate`` does by default; a translation for up to the positions' capacity.
+    normzoo's per-sentence rule ``max_len_a * source tokens + max_len_b`` is no constant, so
+    it is stored beside them, for :class:`LengthRule` to apply."""
+    import inspect
+
     from transformers import GenerationConfig
 
-    positions = loaded.recipe.model.max_positions
+    from normzoo.checkpoint import Loaded
+
     settings: dict[str, Any] = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD,
                                 "suppress_tokens": [PAD, BOS]}
-    if family == "decoder":  # prompt and continuation share the position table
-        settings["max_length"] = positions
+    if family == "decoder":
+        default = inspect.signature(Loaded.generate).parameters["max_new_tokens"].default
+        settings["max_new_tokens"] = default
     if family == "encoder_decoder":  # the target after BOS has max_positions - 1 at most
         evaluation = loaded.recipe.eval
         settings |= {"decoder_start_token_id": BOS, "num_beams": evaluation.beam,
-                     "max_new_tokens": positions - 1}
+                     "max_new_tokens": loaded.recipe.model.max_positions - 1,
+                     "max_len_a": evaluation.max_len_a, "max_len_b": evaluation.max_len_b}
         if evaluation.beam > 1:  # transformers refuses a length penalty without beams
             settings["length_penalty"] = evaluation.lenpen
     return GenerationConfig(**settings)
+
+
+class LengthRule:
+    """normzoo's length limit for ``transformers``' ``generate`` on a translation export: at
+    most ``max_len_a * n + max_len_b`` target tokens for a source of ``n`` tokens (its ``</s>``
+    counted), and never more than ``max_new_tokens``, sentence by sentence, as normzoo decodes.
+
+    ``transformers``' own limit is one number for the whole batch; with this logits processor
+    batched greedy search gives normzoo's greedy translations exactly::
+
+        out = model.generate(**inputs, num_beams=1, logits_processor=[
+            LengthRule(model.generation_config, inputs["input_ids"])])
+
+    A sentence at its limit is given ``</s>``, which decoding with ``skip_special_tokens``
+    drops. Needs only ``torch``: any callable ``(input_ids, scores) -> scores`` is a logits
+    processor to ``generate``.
+    """
+
+    def __init__(self, generation_config: Any, input_ids: torch.Tensor) -> None:
+        from normzoo.decoding import max_target_lengths
+
+        config = generation_config
+        self.limits = max_target_lengths(input_ids, config.max_len_a, config.max_len_b,
+                                         config.max_new_tokens)
+        self.eos = config.eos_token_id
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        # input_ids: the decoder's tokens so far (its start token first), beams side by side.
+        limits = self.limits.to(scores.device).repeat_interleave(
+            input_ids.shape[0] // self.limits.shape[0])
+        done = limits <= input_ids.shape[1] - 1
+        scores[done] = float("-inf")
+        scores[done, self.eos] = 0.0
+        return scores
 
 
 def probe_batch(vocab_size: int, family: str, seed: int = 0) -> dict[str, torch.Tensor]:

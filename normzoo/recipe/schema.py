@@ -12,7 +12,14 @@ import re
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from normzoo.errors import Problem
 from normzoo.models.config import ModelConfig
@@ -280,6 +287,40 @@ class RunConfig(_Section):
                           "to upload later with `wandb sync`")
 
 
+class _InitFields(_Section):
+    """Start a new run from trained weights with a fresh optimizer and schedule (fairseq's
+    ``--restore-file`` with ``--reset-optimizer``): to fine-tune, or to continue a study cell
+    under another schedule.
+
+    ``from`` is a ``normzoo train`` checkpoint (``.ckpt``) or a ``normzoo export`` folder; its
+    weights are loaded into the model this recipe builds before the first step, and the run
+    trains on its tokenizer (the embeddings' rows are its tokens). The run starts at step 0
+    with the recipe's optimizer and schedule. ``strict`` (the default) refuses weights that do
+    not fit the model exactly, naming each difference; ``strict: false`` loads the weights
+    that fit and keeps the fresh initialisation of the others, saying which.
+
+    Not to be confused with ``--resume``, which continues a run where it stopped: optimizer,
+    schedule, step and generator states.
+    """
+
+    @property
+    def checkpoint(self) -> str | None:
+        """``from`` (a Python keyword, so not an attribute)."""
+        return getattr(self, "from")
+
+
+# Built by create_model: the recipe key is `from`, which class syntax cannot declare. A plain
+# field name (no alias), so overrides, error locations and recipe.yaml all say `init.from`.
+InitConfig = create_model(
+    "InitConfig", __base__=_InitFields, __doc__=_InitFields.__doc__,
+    **{"from": (str | None, Field(default=None, description="checkpoint (.ckpt) or export "
+                                  "folder whose weights start this run (step 0, a fresh "
+                                  "optimizer and schedule)")),
+       "strict": (bool, Field(default=True, description="refuse weights that do not fit the "
+                              "model exactly; false: load those that fit, keep the others' "
+                              "fresh initialisation"))})
+
+
 class Recipe(_Section):
     """A whole run: task, model, data, optimisation, trainer and evaluation settings."""
 
@@ -290,6 +331,7 @@ class Recipe(_Section):
     # The defaults, valid by construction: built without validation, so that importing the
     # schema does not import torch and the plugins for the registry check.
     model: ModelConfig = ModelConfig.model_construct()
+    init: InitConfig = InitConfig()  # type: ignore[valid-type]
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()
     trainer: TrainerConfig = TrainerConfig()

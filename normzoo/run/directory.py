@@ -25,7 +25,11 @@ class RunDirectoryExists(NormzooError):
 
 
 def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
-    return Path(recipe.run.dir or Path("runs") / Path(recipe_path).stem)
+    """``run.dir`` (``~`` expanded, else as typed: relative to where ``normzoo train`` runs,
+    as the resume hint repeats it), or ``runs/<recipe's stem>``."""
+    if recipe.run.dir:
+        return Path(recipe.run.dir).expanduser()
+    return Path("runs") / Path(recipe_path).stem
 
 
 def _contents(run_dir: Path) -> list[Path]:

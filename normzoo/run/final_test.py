@@ -11,6 +11,34 @@ from normzoo.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 
 
+def final_validation_callback() -> Any:
+    """The callback that validates (and so checkpoints) at ``trainer.max_steps``.
+
+    Lightning validates every ``val_check_interval`` batches only, so a run whose
+    ``max_steps`` is not a multiple of ``val_every_steps`` would end with steps that no
+    validation scored and no ``step-N``/``best`` checkpoint holds: the final test would take
+    the best of the earlier ones, as if the last steps had not been trained. Asking Lightning to
+    stop at the last step (``should_stop``) makes it validate there, with the checkpoints that
+    follow a validation, exactly as early stopping does.
+
+    Asked as the last step's last batch *starts*: Lightning also writes a step's logs when a
+    stop is due, and the task logs ``train/loss`` only where Lightning will write it, so the
+    last step's loss is logged once, fresh (asked later, Lightning would write the value of an
+    earlier step again under the last one).
+    """
+    from lightning.pytorch.callbacks import Callback
+
+    class ValidateAtMaxSteps(Callback):
+        """Validate after the last optimizer step, whatever ``val_every_steps`` is."""
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if 0 < trainer.max_steps <= trainer.global_step + 1 and \
+                    not trainer.fit_loop._should_accumulate():
+                trainer.should_stop = True
+
+    return ValidateAtMaxSteps()
+
+
 def _load_best(task, trainer) -> None:
     import torch
 
@@ -57,7 +85,24 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
                                "checkpoints": [p.name for p in paths],
                                **{k: averaged[k] for k in ("bleu", "chrf", "greedy_bleu")
                                   if k in averaged}}
+    log_test_scores(trainer, summary)
     return summary
+
+
+def log_test_scores(trainer, summary: dict[str, Any]) -> None:
+    """Send the test scores decoded outside ``trainer.test`` (BLEU, chrF) to every logger of
+    the run, as ``test/bleu``, ``test/chrf`` (``test/greedy_bleu``, ``test/averaged/bleu``,
+    ...), at the step at which a language model's ``trainer.test`` logs its ``test/`` metrics:
+    the number of updates made. Without this they would reach ``summary.json`` only."""
+    scores = {f"test/{key}": summary[key] for key in ("bleu", "chrf", "greedy_bleu")
+              if key in summary}
+    scores |= {f"test/averaged/{key}": value
+               for key, value in summary.get("averaged", {}).items()
+               if key in ("bleu", "chrf", "greedy_bleu")}
+    for logger in trainer.loggers:
+        logger.log_metrics({k: float(v) for k, v in scores.items()}, step=trainer.global_step)
+        # Written out as at the end of fit and test: TensorBoard's writer was closed there.
+        logger.finalize("success")
 
 
 def _score_test(recipe: Recipe, model, data, run_dir: Path, suffix: str) -> dict[str, Any]:

@@ -1,5 +1,14 @@
-"""``metrics.csv`` across a resume: Lightning's CSV logger starts the file afresh in each
-process, so the rows logged before a resume are kept aside and put back in front, each once.
+"""``metrics.csv`` across a resume: one file, every row once, a header that covers them all.
+
+Lightning's ``CSVLogger`` deletes ``metrics.csv`` when it starts, remembers the header it wrote
+itself, and rewrites the file in place (truncate, then write) when a new metric appears. So
+rewriting the file beside it, as a resume must, breaks it: rows with fields the logger never saw
+make its next rewrite fail (``dict contains fields not in fieldnames``) half-way, after it has
+truncated the file. Here the resumed run's file is settled *before* the logger starts
+(:func:`resume_history`: the earlier rows up to the checkpoint, written atomically), and the
+logger (:func:`csv_logger`) keeps it: it appends under the header the file has, and when a new
+metric appears it rewrites the whole file atomically with the wider header. A kill at any
+moment leaves the old file or the new one, never a shorter one.
 """
 
 from __future__ import annotations
@@ -7,19 +16,42 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import Any
 
 from normzoo.atomic import atomic_write_text
 
+# Where normzoo before this version kept the earlier rows during a resumed run; read once more
+# (a run stopped under that version), then removed.
+BEFORE_RESUME = "metrics.before-resume.csv"
+
 
 def read_metrics(path: Path) -> list[dict[str, str]]:
+    """The rows of a ``metrics.csv``, as text; a missing file has none. Cells a torn last line
+    lacks are empty, and the cells beyond the header (which only a torn file has) are dropped."""
     if not path.is_file():
         return []
     with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+        return [{k: v or "" for k, v in row.items() if k is not None}
+                for row in csv.DictReader(f)]
 
 
-def write_metrics(path: Path, rows: list[dict[str, str]]) -> None:
-    fields = sorted({key for row in rows for key in row})
+def read_header(path: Path) -> list[str] | None:
+    """The fields of ``path``'s header line, in the file's order; None if there is no file or
+    no header yet (appending needs the file's own order, not a sorted one)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), None) or None
+    except FileNotFoundError:
+        return None
+
+
+def write_metrics(path: Path, rows: list[dict[str, Any]],
+                  fields: list[str] | None = None) -> None:
+    """Write ``rows`` under a header of ``fields`` (default: every field of every row, sorted,
+    as Lightning orders them) in one atomic step: the old file stays whole until the new one
+    is complete."""
+    if fields is None:
+        fields = sorted({key for row in rows for key in row})
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=fields)
     writer.writeheader()
@@ -27,18 +59,118 @@ def write_metrics(path: Path, rows: list[dict[str, str]]) -> None:
     atomic_write_text(path, text.getvalue(), "metrics log")
 
 
+def _step(row: dict[str, str]) -> int | None:
+    try:
+        return int(row.get("step") or "")
+    except ValueError:
+        return None
+
+
+def _whole_rows(path: Path) -> list[dict[str, str]]:
+    """:func:`read_metrics` without a last line that has no line end: one torn by a kill
+    mid-write, whose cut-off number would read as a value it never had."""
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
+    if not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+    return [{k: v or "" for k, v in row.items() if k is not None}
+            for row in csv.DictReader(io.StringIO(text, newline=""))]
+
+
 def trim_history(rows: list[dict[str, str]], resumed_step: int) -> list[dict[str, str]]:
-    """The logged rows up to the checkpoint, each once; rows after it are redone by the resumed
-    run (a row can appear twice if a process died before Lightning replaced metrics.csv)."""
-    kept = {}
+    """The logged rows before the checkpoint's step, each once, in order.
+
+    Rows at or after it are redone by the resumed run: the steps after the checkpoint, and the
+    earlier process's final validation and test, which the resumed run's own replace. A row
+    can appear twice (the same row in a leftover ``metrics.before-resume.csv``); a row without
+    a readable step is damaged.
+    """
+    kept: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
     for row in rows:
-        if not row.get("step") or int(row["step"]) < resumed_step:
+        step = _step(row)
+        if step is not None and step < resumed_step:
             kept.setdefault(tuple(sorted((k, v) for k, v in row.items() if v)), row)
     return list(kept.values())
 
 
-def merge_history(metrics_file: Path, earlier: Path, history: list[dict[str, str]]) -> None:
-    """Put the rows logged before a resume back in front of this process's rows."""
-    if history:
-        write_metrics(metrics_file, history + read_metrics(metrics_file))
-        earlier.unlink()
+def resume_history(metrics_file: Path, resumed_step: int) -> int:
+    """Settle ``metrics_file`` for a run resuming at ``resumed_step``, before its logger starts:
+    the earlier rows before that step, written atomically; return how many.
+
+    The header is the earlier rows' fields; the resumed run's logger widens it when it logs a
+    metric the earlier process did not (:func:`csv_logger`).
+    """
+    earlier = metrics_file.with_name(BEFORE_RESUME)
+    rows = trim_history(_whole_rows(earlier) + _whole_rows(metrics_file), resumed_step)
+    if rows:
+        write_metrics(metrics_file, rows)
+    else:
+        metrics_file.unlink(missing_ok=True)
+    earlier.unlink(missing_ok=True)  # only once its rows are in metrics_file
+    return len(rows)
+
+
+def csv_logger(save_dir: Path) -> Any:
+    """Lightning's ``CSVLogger`` writing ``save_dir/csv/metrics.csv``, made to keep history.
+
+    It differs from Lightning's in two ways, both so that a resumed run's file stays whole:
+    it does not delete an existing ``metrics.csv`` (:func:`resume_history` has made it this
+    run's), and it writes new rows under the header the *file* has: appended when their fields
+    are in it, else the whole file rewritten atomically with the union of both headers.
+    """
+    from lightning.fabric.loggers.logger import rank_zero_experiment
+    from lightning.pytorch.loggers import CSVLogger
+    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+    class HistoryWriter(ExperimentWriter):
+        """Lightning's CSV experiment writer, keeping the rows already in ``metrics.csv``."""
+
+        def _check_log_dir_exists(self) -> None:
+            pass  # Lightning deletes metrics.csv here; the run directory is already ours
+
+        def log_hparams(self, params: dict[str, Any]) -> None:
+            """``hparams.yaml`` written whole or not at all (Lightning writes it in place, so
+            a full disk left half a YAML file); values YAML cannot write are left out, as
+            Lightning leaves them out."""
+            import yaml
+
+            from normzoo.atomic import atomic_write_text
+
+            self.hparams.update(params)
+            plain = {}
+            for key, value in self.hparams.items():
+                try:
+                    yaml.safe_dump(value)
+                except yaml.YAMLError:
+                    continue
+                plain[key] = value
+            atomic_write_text(Path(self.log_dir) / self.NAME_HPARAMS_FILE,
+                              yaml.safe_dump(plain, sort_keys=False), "hyperparameters")
+
+        def save(self) -> None:
+            if not self.metrics:
+                return
+            path = Path(self.metrics_file_path)
+            header = read_header(path)
+            new = {key for row in self.metrics for key in row}
+            self.metrics_keys = sorted(new | set(header or []) | set(self.metrics_keys))
+            if header is None or not new <= set(header):  # a wider header: all rewritten
+                write_metrics(path, read_metrics(path) + self.metrics, self.metrics_keys)
+            else:  # a row appended whole or torn at its end: never a shorter file
+                with open(path, "a", newline="", encoding="utf-8") as f:
+                    csv.DictWriter(f, fieldnames=header).writerows(self.metrics)
+            self.metrics = []
+
+    class HistoryCSVLogger(CSVLogger):
+        """Lightning's ``CSVLogger`` on a :class:`HistoryWriter`."""
+
+        @property
+        @rank_zero_experiment
+        def experiment(self) -> ExperimentWriter:
+            if self._experiment is None:
+                self._fs.makedirs(self.root_dir, exist_ok=True)
+                self._experiment = HistoryWriter(log_dir=self.log_dir)
+            return self._experiment
+
+    return HistoryCSVLogger(save_dir, name="csv", version="")

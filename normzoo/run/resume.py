@@ -1,12 +1,50 @@
 """Resuming a run: which checkpoint, whether it belongs to this recipe, and tidying what a
 killed process left behind.
+
+What a resume may change (:data:`RESUMABLE`). Each change is printed (``resume: KEY OLD -> NEW``);
+any other difference from the recipe the run was trained with refuses the resume, listed with
+its old and new value.
+
+A resume continues *the same experiment* where it stopped, so what may change is what does
+not decide the result of a training step:
+
+* how long it runs: ``trainer.max_steps`` (not below the step resumed from; under a cosine
+  schedule a new length re-stretches the decay from here on, which is said), ``max_epochs``,
+  ``max_time``;
+* how often it validates, checkpoints and logs, and where to: ``trainer.val_every_steps``,
+  ``log_every_steps``, ``progress_bar``, ``loggers``, ``keep_checkpoints``,
+  ``slurm_requeue``, ``diagnostics.every_steps`` and the whole ``run`` section (run
+  directory, tracker names);
+* where its inputs are now: ``data.dir`` (a moved corpus; the run keeps the tokenizer of
+  its checkpoint);
+* how the same computation runs: ``model.attention_impl`` (:data:`COMPUTE_ONLY`),
+  ``trainer.compile``, ``trainer.accelerator``, ``data.num_workers``;
+* how the final test is decoded: ``eval.beam``, ``lenpen``, ``max_len_a``, ``max_len_b``,
+  ``valid_bleu_limit`` (:data:`DECODING`) and ``average_last``; but not while the run
+  monitors validation BLEU (translation with ``eval.valid_bleu``), whose values they change
+  mid-run, so that the best checkpoint would be picked among differently decoded scores.
+
+Refused, among others: the optimizer and schedule (``optim.*``: a new learning rate is a new
+experiment), the model and task, the data's content and batching (``data.*`` but its folder
+and workers), ``seed`` (the generators are restored from the checkpoint: a new seed would be
+silently ignored), ``trainer.precision`` (the numeric format is part of a stability result;
+fp16's loss scale exists only in a 16-mixed checkpoint), ``trainer.accumulate``,
+``devices``, ``num_nodes`` and ``strategy`` (the global batch, and FSDP's sharded
+checkpoints), ``trainer.patience`` and ``min_delta`` (the stopping rule is part of the
+protocol, and Lightning restores the old patience from the checkpoint anyway),
+``trainer.save_top_k``, ``eval.valid_bleu`` (the monitored metric), ``diagnostics.guard`` and
+``max_loss`` (what counts as diverged), and ``init`` (a resume takes its weights from its own
+checkpoint). To continue the weights under such changes, start a new run from them:
+``init.from=CHECKPOINT`` (step 0, a fresh optimizer and schedule).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +52,52 @@ from normzoo.atomic import remove_stale_temporaries
 from normzoo.errors import NormzooError
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
-from normzoo.run.directory import RunDirectoryExists
+from normzoo.run.directory import RunDirectoryExists, run_directory_override
 
 
-def resume_checkpoint(run_dir: Path, resume: str) -> Path:
+def refuse_missing_run(run_dir: Path, resume: str | None, recipe_path: str | Path) -> None:
+    """``--resume auto`` of a run directory that does not exist (a mistyped ``run.dir``, or
+    the recipe's default when the run was started with another): say so before anything
+    (the run's lock) creates it."""
+    if resume != "auto" or run_dir.exists():
+        return
+    import difflib
+
+    parent = run_dir.parent
+    siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    close = difflib.get_close_matches(run_dir.name, siblings, n=3, cutoff=0.6)
+    hint = (" (did you mean " + " or ".join(str(parent / name) for name in close) + "?)"
+            if close else "")
+    default = "" if run_directory_override(run_dir, recipe_path) else (
+        f"; it is {Path(recipe_path).name}'s default run directory: a run started with "
+        "run.dir=PATH resumes with the same run.dir=PATH")
+    raise RunDirectoryExists(f"cannot resume: the run directory {run_dir} does not exist"
+                             f"{hint}{default}")
+
+
+def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path:
     """``auto`` -> the run's newest complete checkpoint, whatever its name (``last.ckpt`` may
-    be older, if the process died between two writes); otherwise the path given."""
+    be older, if the process died between two writes); otherwise the path given.
+
+    A checkpoint that cannot be read is skipped for the previous one, and (``announce``) a
+    ``warning:`` line says which and why."""
     from normzoo.checkpointing import newest_checkpoint
 
     if resume != "auto":
-        path = Path(resume)
+        path = Path(resume).expanduser()
         if not path.exists():
             raise RunDirectoryExists(f"cannot resume: no checkpoint at {path}")
         return path
     directory = run_dir / "checkpoints"
-    newest = newest_checkpoint(directory)
+    skipped: list[Path] = []
+    newest = newest_checkpoint(directory, skipped)
+    if announce:
+        import typer
+
+        instead = f"; resuming from {newest.path} (step {newest.step}) instead" if newest else ""
+        for path in skipped:
+            typer.echo(f"warning: skipping {path}: it cannot be read as a checkpoint (cut short "
+                       f"or damaged){instead}", err=True)
     if newest is None:
         raise RunDirectoryExists(
             f"cannot resume {run_dir}: no complete checkpoint in {directory} (the run stopped "
@@ -43,16 +112,109 @@ def resume_checkpoint(run_dir: Path, resume: str) -> Path:
 # a run may resume with another value (e.g. the other attention kernel).
 COMPUTE_ONLY = frozenset({"attention_impl"})
 
+# What a resume may change, and why: the module's docstring.
+DECODING = frozenset({"eval.beam", "eval.lenpen", "eval.max_len_a", "eval.max_len_b",
+                      "eval.valid_bleu_limit"})
+RESUMABLE = frozenset({
+    "trainer.max_steps", "trainer.max_epochs", "trainer.max_time",
+    "trainer.val_every_steps", "trainer.log_every_steps", "trainer.progress_bar",
+    "trainer.loggers", "trainer.keep_checkpoints", "trainer.slurm_requeue",
+    "diagnostics.every_steps", "data.dir", "data.num_workers",
+    "trainer.compile", "trainer.accelerator", "eval.average_last",
+    *(f"model.{key}" for key in COMPUTE_ONLY), *DECODING,
+})
+RESUMABLE_SECTIONS = ("run.",)
+
 
 class ResumeError(NormzooError):
-    """The checkpoint to resume from does not belong to this recipe's model or task."""
+    """The checkpoint to resume from does not belong to this recipe (its model or task), or the
+    recipe changes what a resume cannot (:data:`RESUMABLE`)."""
 
 
-def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> None:
-    """Refuse a checkpoint whose model or task differs from ``recipe``'s, naming each difference.
+@dataclass(frozen=True)
+class Change:
+    """A setting that differs between the checkpoint's recipe and the one resuming it."""
 
-    Loading it anyway would fail deep inside ``load_state_dict`` with a shape mismatch, or worse,
-    succeed and silently continue a different experiment.
+    key: str
+    old: Any
+    new: Any
+    note: str = ""
+
+    def __str__(self) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.key} {_shown(self.old)} -> {_shown(self.new)}{note}"
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a recipe would write it: ``null``, ``true``, ``[csv, tensorboard]``."""
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return str(value) if value != "" else "''"
+
+
+def _filled(theirs: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``theirs`` with the keys it lacks taken from ``defaults``, section by section: a key
+    added to normzoo since the checkpoint was written is not a difference when the
+    checkpoint's run had its default."""
+    filled = dict(theirs)
+    for key, default in defaults.items():
+        if key not in filled:
+            filled[key] = default
+        elif isinstance(default, dict) and isinstance(filled[key], dict):
+            filled[key] = _filled(filled[key], default)
+    return filled
+
+
+def _leaves(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"data.tokenizer.vocab_size": 8000, ...}``: every value of a recipe by its key."""
+    found: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            found.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            found[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return found
+
+
+def _their_paths(theirs: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's recipe with its paths resolved as this run's are (a checkpoint written
+    before normzoo resolved them holds them as typed, relative to where it ran)."""
+    from normzoo.recipe.paths import local_path
+
+    data, init = theirs.get("data"), theirs.get("init")
+    if isinstance(data, dict) and isinstance(data.get("dir"), str) and data["dir"]:
+        theirs = {**theirs, "data": {**data, "dir": local_path(data["dir"])}}
+    if isinstance(init, dict) and isinstance(init.get("from"), str) and init["from"]:
+        theirs = {**theirs, "init": {**init, "from": local_path(init["from"])}}
+    return theirs
+
+
+def _refusal(change: Change, theirs: dict[str, Any], step: int) -> str | None:
+    """Why ``change`` cannot be made on resume, or None if it can."""
+    if change.key == "trainer.max_steps" and isinstance(change.new, int) and change.new < step:
+        return f"below step {step}, where the checkpoint was saved: nothing left to train"
+    if change.key in DECODING and theirs.get("task") == "translation" and \
+            (theirs.get("eval") or {}).get("valid_bleu", True):
+        return "it decodes validation BLEU, the metric this run picks its best checkpoint by"
+    if change.key in RESUMABLE or change.key.startswith(RESUMABLE_SECTIONS):
+        return None
+    if change.key.startswith("init."):
+        return ("--resume continues the run from its own checkpoint and init.from starts a new "
+                "one: drop it to resume, or start a new run with another run.dir or --force")
+    return ""
+
+
+def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[Change]:
+    """The settings ``recipe`` changes against the recipe of the checkpoint to resume from
+    (what the run was trained with, as in its ``recipe.yaml``), when each may change on
+    resume (:data:`RESUMABLE`); else :class:`ResumeError` listing every refused one, old and
+    new value.
+
+    Loading another model anyway would fail deep inside ``load_state_dict`` with a shape
+    mismatch, or worse, succeed and silently continue a different experiment; a new learning
+    rate or schedule would silently make the run another one.
     """
     meta = saved.get("normzoo") if isinstance(saved, dict) else None
     theirs = meta.get("recipe") if isinstance(meta, dict) else None
@@ -60,24 +222,50 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> None:
             or not isinstance(saved.get("global_step"), int)):
         raise ResumeError(f"{path} is not a normzoo training checkpoint (no recipe or loop "
                           "state in it); resume from a run's checkpoints/*.ckpt")
-    ours = recipe.to_dict()
-    differences = [f"task: checkpoint {theirs.get('task')!r}, recipe {ours['task']!r}"] \
-        if theirs.get("task") != ours["task"] else []
-    their_model, our_model = theirs.get("model"), ours["model"]
-    if not isinstance(their_model, dict):
+    if not isinstance(theirs.get("model"), dict):
         raise ResumeError(f"{path} is damaged: its recipe has no model section")
-    # Compared with defaults filled in: a key added to normzoo since the checkpoint was written
-    # is not a difference when the checkpoint's model had the default.
-    their_model = {**ModelConfig().model_dump(mode="json"), **their_model}
-    for key in sorted(set(their_model) | set(our_model)):
-        if key not in COMPUTE_ONLY and their_model.get(key) != our_model.get(key):
-            differences.append(f"model.{key}: checkpoint {their_model.get(key)!r}, "
-                               f"recipe {our_model.get(key)!r}")
-    if differences:
-        lines = "\n".join(f"  - {d}" for d in differences)
-        raise ResumeError(f"cannot resume from {path}: it was trained with another model:\n"
-                          f"{lines}\nresume with the recipe it was trained with "
-                          "(its run directory's recipe.yaml)")
+    defaults = Recipe().to_dict()
+    defaults["model"] = ModelConfig().model_dump(mode="json")
+    theirs = _their_paths(_filled(theirs, defaults))
+    old, new = _leaves(theirs), _leaves(recipe.to_dict())
+    step = saved["global_step"]
+    accepted: list[Change] = []
+    refused: list[str] = []
+    for key in sorted(set(old) | set(new), key=_order(recipe.to_dict())):
+        if old.get(key) == new.get(key):
+            continue
+        change = Change(key, old.get(key), new.get(key))
+        why = _refusal(change, theirs, step)
+        if why is None:
+            if key == "trainer.max_steps" and theirs["optim"].get("schedule") == "cosine":
+                change = Change(key, change.old, change.new, "the cosine decay now ends at "
+                                f"step {change.new}: the learning rate from here on follows "
+                                "the new length")
+            accepted.append(change)
+        else:
+            refused.append(f"{key}: checkpoint {_shown(old.get(key))}, recipe "
+                           f"{_shown(new.get(key))}" + (f" ({why})" if why else ""))
+    if refused:
+        lines = "\n".join(f"  - {line}" for line in refused)
+        model = any(line.startswith(("model.", "task:")) for line in refused)
+        init = any(line.startswith("init.") for line in refused)
+        further = "" if init else (
+            "; to go on from its weights under the new settings, start a new run from them "
+            f"(step 0, a fresh optimizer and schedule): init.from={path}"
+            + (" init.strict=false" if model else "") + " with another run.dir")
+        raise ResumeError(
+            f"cannot resume from {path}: the recipe differs from the one it was trained with "
+            f"(its run directory's recipe.yaml) in settings a resume cannot change:\n{lines}\n"
+            "A resume continues the same experiment: only its length, validation and logging "
+            "cadence, loggers, data folder, compute settings and test decoding may change. "
+            f"Resume with the recipe it was trained with{further}")
+    return accepted
+
+
+def _order(recipe: dict[str, Any]) -> Any:
+    """Keys in the recipe's own order (task, model, ..., trainer), not alphabetical."""
+    sections = {key: i for i, key in enumerate(recipe)}
+    return lambda key: (sections.get(key.split(".")[0], len(sections)), key)
 
 
 STEP_FILE = re.compile(r"^(?:best|step)-(\d+)(?:-v\d+)?\.ckpt$")
@@ -117,15 +305,32 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     saved = read_checkpoint(ckpt_path / "meta.pt" if sharded else ckpt_path)
     if not sharded:
         checkpoint_parts(saved, str(ckpt_path))  # a clean error for a damaged file
-    check_resumable(saved, recipe, ckpt_path)
+    changes = check_resumable(saved, recipe, ckpt_path)
     tokenizer = checkpoint_tokenizer(saved["normzoo"].get("tokenizer"), str(ckpt_path))
     step = saved["global_step"]
     if rank == 0:
+        import typer
+
+        for change in changes:
+            typer.echo(f"resume: {change}", err=True)
         if resume == "auto":
             discard_abandoned_work(run_dir / "checkpoints", step)
         else:
             remove_stale_temporaries(run_dir / "checkpoints")
     return step, tokenizer.to_str()
+
+
+def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str]) -> str:
+    """The command that continues a stopped run: the one it was started with (its overrides
+    repeated, quoted for the shell) with ``--resume auto``, and the run directory when it is not
+    the recipe's default and no override names it."""
+    import shlex
+
+    words = ["normzoo", "train", str(recipe_path), "--resume", "auto", *overrides]
+    if run_directory_override(run_dir, recipe_path) and not any(
+            override.partition("=")[0].strip() == "run.dir" for override in overrides):
+        words.append(f"run.dir={run_dir}")
+    return shlex.join(words)
 
 
 def requeued(run_dir: Path, resume: str | None) -> str | None:

@@ -103,8 +103,10 @@ def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
     name, project = run.name or run_dir.name, run.project or "normzoo"
     built: list[Any] = []
     for kind in recipe.trainer.loggers:
-        if kind == "csv":
-            built.append(pl_loggers.CSVLogger(logs, name="csv", version=""))
+        if kind == "csv":  # Lightning's, made to keep a resumed run's earlier rows
+            from normzoo.run.history import csv_logger
+
+            built.append(csv_logger(logs))
         elif kind == "tensorboard":
             built.append(pl_loggers.TensorBoardLogger(logs, name="tb", version="",
                                                       default_hp_metric=False))
@@ -162,9 +164,11 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         auto_insert_metric_name=False,
     )
     rolling = rolling_checkpoints(checkpoints, t.keep_checkpoints)
+    from normzoo.run.final_test import final_validation_callback
+
     callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
                             _flush_logs_callback(), _learning_rate_callback(),
-                            _throughput_callback()]
+                            _throughput_callback(), final_validation_callback()]
     if t.patience is not None:
         from lightning.pytorch.callbacks import EarlyStopping
 

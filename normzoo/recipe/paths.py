@@ -1,0 +1,102 @@
+"""The recipe's paths on this machine: stored resolved, and checked to be there.
+
+A run's recipe travels in its ``recipe.yaml`` and inside every checkpoint; ``normzoo evaluate``,
+``diagnose`` or a resume may read it from another folder. A relative ``data.dir`` would then
+point somewhere else (or nowhere), and ``~`` means nothing to Python's file functions. So a
+recipe loaded for training gets its paths resolved (:func:`resolve_paths`) before anything
+stores it; ``--data-dir`` re-points a moved corpus later.
+
+Whether the files are there is checked by ``normzoo recipe validate`` and ``normzoo train``
+(:func:`input_problems`), not by every load: checkpoints, sweeps and tests read recipes whose
+data is elsewhere, or not prepared yet.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from normzoo.errors import ConfigError, Problem
+from normzoo.recipe.schema import Recipe
+
+
+def local_path(text: str) -> str:
+    """``text`` as an absolute path: ``~`` expanded, relative to the current folder, ``..``
+    folded (symbolic links are kept: they may be the point, e.g. ``data/current``)."""
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def _hub_folder(path: str) -> bool:
+    """Whether a ``data.path`` names a local folder in the hub's layout, not a dataset on the
+    hub (the datasets library takes an existing folder first, as this does)."""
+    return path.startswith(("~", "/", "./", "../")) or Path(path).exists()
+
+
+def resolve_paths(recipe: Recipe) -> Recipe:
+    """``recipe`` with ``data.dir``, a local ``data.path`` and ``init.from`` resolved
+    (:func:`local_path`); the same recipe when there is nothing to resolve."""
+    data, changes = recipe.data, {}
+    if data.dir:
+        changes["dir"] = local_path(data.dir)
+    if data.source == "hub" and data.path and _hub_folder(data.path):
+        changes["path"] = local_path(data.path)
+    update = {}
+    if changes and any(getattr(data, key) != value for key, value in changes.items()):
+        update["data"] = data.model_copy(update=changes)
+    init = recipe.init.checkpoint
+    if init and local_path(init) != init:
+        update["init"] = recipe.init.model_copy(update={"from": local_path(init)})
+    return recipe.model_copy(update=update) if update else recipe
+
+
+def split_files(recipe: Recipe) -> dict[str, list[Path]]:
+    """The files each split of a ``data.source: files`` corpus reads, by role."""
+    data = recipe.data
+    folder = Path(os.path.expanduser(data.dir or ""))
+    suffixes = [data.src_lang, data.tgt_lang] if recipe.task == "translation" else ["txt"]
+    splits = {"train": data.train_split, "valid": data.valid_split, "test": data.test_split}
+    return {role: [folder / f"{split}.{suffix}" for suffix in suffixes]
+            for role, split in splits.items()}
+
+
+def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
+    """What a run of ``recipe`` would read and is not there: the folder and split files of a
+    ``files`` corpus, a local hub folder, the weights of ``init.from`` (not when
+    ``resuming``: a resumed run has its weights from its own checkpoint)."""
+    problems = []
+    data = recipe.data
+    if data.source == "files" and data.dir:
+        folder = Path(os.path.expanduser(data.dir))
+        if not folder.is_dir():
+            state = "is not a folder" if folder.exists() else "does not exist"
+            problems.append(Problem("data.dir", f"data file not found: the folder {folder} "
+                                    f"{state}"))
+        else:
+            for role, paths in split_files(recipe).items():
+                problems += [Problem("data.dir", f"data file not found: {path} (the "
+                                     f"{role} split, data.{role}_split)")
+                             for path in paths if not path.is_file()]
+    if data.source == "hub" and data.path and data.path.startswith(("~", "/", "./", "../")):
+        folder = Path(os.path.expanduser(data.path))
+        if not folder.is_dir():
+            problems.append(Problem("data.path", f"the local dataset folder {folder} does not "
+                                    "exist"))
+    init = recipe.init.checkpoint
+    if init and not resuming:
+        path = Path(os.path.expanduser(init))
+        if not path.exists():
+            problems.append(Problem("init.from", f"no checkpoint or export folder at {path}"))
+        elif path.is_dir() and not (path / "model.safetensors").is_file():
+            problems.append(Problem("init.from", f"{path} is a folder but not a normzoo export "
+                                    "(no model.safetensors); give a .ckpt file or the folder "
+                                    "`normzoo export` wrote"))
+    return problems
+
+
+def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
+    """``recipe`` if every input it names is there; else :class:`ConfigError` with each one
+    that is not (exit 2)."""
+    problems = input_problems(recipe, resuming)
+    if problems:
+        raise ConfigError(problems, "inputs not found")
+    return recipe

@@ -1,0 +1,126 @@
+"""How a run ends is saved and recorded whatever ends it (issue 25, item 5): Ctrl-C checkpoints
+the current step and prints how to resume, as SIGTERM does; a second Ctrl-C stops at once; a
+run that diverges writes ``summary.json`` saying at which step and why.
+
+The Ctrl-C tests send SIGINT to a real ``normzoo train`` process, started as a terminal starts
+a foreground program (SIGINT at its default, whatever the test runner's is).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tiny import tiny
+from typer.testing import CliRunner
+
+from normzoo.cli import app
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+HERE = Path(__file__).parent
+# The quick start's shape, tiny: validation far ahead (step 200 of 400), so a stop before it
+# has no checkpoint to fall back on.
+RECIPE = tiny(data={"train_limit": 200, "valid_limit": 8, "max_tokens": 256, "max_len": 32},
+              trainer={"max_steps": 400, "val_every_steps": 200, "log_every_steps": 1,
+                       "keep_checkpoints": 1, "save_top_k": 1})
+
+
+def environment(cache: Path) -> dict[str, str]:
+    import os
+
+    return {**os.environ, "NORMZOO_CACHE": str(cache), "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
+
+
+def start(args: list[str], cwd: Path, crash: list[str] | None = None) -> subprocess.Popen:
+    prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
+        [sys.executable, "-m", "normzoo.cli"]
+    with open(cwd / "stderr.txt", "w") as stderr:  # the process has its own copy
+        return subprocess.Popen(
+            [*prefix, *args], cwd=cwd, env=environment(cwd / "cache"), text=True,
+            stdout=subprocess.DEVNULL, stderr=stderr,
+            # As a shell starts a foreground program: a test runner started in the background
+            # may have SIGINT ignored, and that would be inherited (and rightly kept).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the run ended early, exit {process.returncode}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(RECIPE))
+    return tmp_path
+
+
+def test_ctrl_c_saves_the_current_step_and_prints_how_to_resume(workdir: Path):
+    run = workdir / "R"
+    process = start(["train", "t.yaml", "run.dir=R"], workdir)
+    try:
+        # Training has started once it has logged a row.
+        wait_for((run / "logs" / "csv" / "metrics.csv").is_file, process)
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=120)
+    finally:
+        process.kill()
+    stderr = (workdir / "stderr.txt").read_text()
+    assert code == 128 + signal.SIGINT, stderr
+    assert "Traceback" not in stderr and "graceful shutdown" not in stderr
+    stopped = re.search(r"stopped by SIGINT at step (\d+): saved (\S+);", stderr)
+    assert stopped, stderr
+    step = int(stopped.group(1))
+    assert 0 < step < 200  # before the first validation: nothing else would have saved it
+    assert "continue with: normzoo train t.yaml --resume auto run.dir=R" in stderr
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == step  # the step it stopped at, not 0 nor the last validation
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted" and summary["signal"] == "SIGINT"
+    assert summary["steps"] == step and "--resume auto" in summary["resume"]
+
+
+def test_a_second_ctrl_c_stops_at_once(workdir: Path):
+    # The run stands still at step 3 (tests/crash.py pause), so the first Ctrl-C's stop is
+    # still pending when the second comes.
+    process = start(["train", "t.yaml", "run.dir=R"], workdir, ["pause", "3"])
+    try:
+        wait_for((workdir / "paused").is_file, process)
+        process.send_signal(signal.SIGINT)
+        wait_for(lambda: "Ctrl-C again" in (workdir / "stderr.txt").read_text(), process)
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=30)
+    finally:
+        process.kill()
+    stderr = (workdir / "stderr.txt").read_text()
+    assert code == -signal.SIGINT, stderr  # ended by SIGINT itself: a shell says 130
+    assert "stopping at once" in stderr
+    assert not (workdir / "R" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_a_diverged_run_records_the_step_and_the_reason(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = tmp_path / "explode.yaml"
+    recipe.write_text(yaml.safe_dump(tiny(run={"dir": str(tmp_path / "run")},
+                                          trainer={"max_steps": 4},
+                                          diagnostics={"max_loss": 0.5})))
+    result = CliRunner().invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 3, result.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert summary["steps"] == summary["diverged_at_step"] == 0
+    assert summary["reason"].startswith("training diverged at step 0: loss")
+    assert summary["last_good_checkpoint"] is None  # none was written before step 0
