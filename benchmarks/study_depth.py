@@ -57,6 +57,10 @@ COMMANDS = {
                 "--set model.residual=post,pre --diagnose --out runs/study-papers/nowarmup",
 }
 ALPHA = 0.05
+# Cells whose processes were suspended (SIGSTOP/SIGCONT) while they trained, so that a benchmark
+# and the test suite had the cores to themselves; the minutes are left out of their training
+# time (ThroughputMonitor's clock runs on through a suspension). 2026-11-25, 09:56:45-10:17:24.
+PAUSED_MIN = {"ceiling/seed-1_residual-post": 20.7, "stability/residual-post": 20.7}
 STUDY_COMMIT = "2a99efa"  # the sweeps run from a clone at this commit, so code changes cannot
 # touch a running study
 
@@ -88,6 +92,9 @@ class Cell:
         self.train, self.val = curve(losses, "train_loss"), curve(losses, "val_loss")
         self.best_val = min((v for _, v in self.val), default=None)
         self.train_min, self.processes = training_minutes(losses)
+        self.paused_min = PAUSED_MIN.get(f"{tier}/{folder.name}", 0.0)
+        if self.train_min is not None:
+            self.train_min -= self.paused_min
         self.diagnose = read_csv(folder / "diagnose.csv")
 
     @property
@@ -361,6 +368,8 @@ def cell_table(cells: list[Cell], tier: str) -> list[str]:
             stopped = f"diverged at step {cell.diverged_at}"
         if cell.processes > 1:
             stopped += f" (resumed {cell.processes - 1}x)"
+        if cell.paused_min:
+            stopped += f" (suspended {cell.paused_min:.0f} min, not counted)"
         row = [SCHEMES.get(cell.scheme, cell.scheme), cell.seed, cell.precision or "–",
                str(cell.steps or "–"), stopped, _fmt(cell.best_val, 3), _fmt(cell.bleu),
                _fmt(cell.averaged), _fmt(cell.greedy), _fmt(cell.train_min, 1)]
