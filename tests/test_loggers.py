@@ -209,6 +209,30 @@ def test_tensorboard_has_the_steps_of_the_csv(logged_run: Path):
         assert scalars[key] == pytest.approx(csv_metric(logged_run, key), rel=1e-6), key
 
 
+def test_the_final_test_keeps_tensorboards_training_scalars(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """tensorboardX names an events file by the second its writer opens: with the clock held
+    at one second, a writer reopened for the final test would overwrite the training's file
+    (as it did when the test began within the second after fit's end)."""
+    import tensorboardX.event_file_writer as event_file_writer
+
+    class Clock:
+        @staticmethod
+        def time() -> float:
+            return 1_800_000_000.25
+
+    monkeypatch.setattr(event_file_writer, "time", Clock)
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            trainer={"max_steps": 4, "val_every_steps": 2, "log_every_steps": 1,
+                                     "loggers": ["csv", "tensorboard"]}))
+    train.run(recipe, "tiny.yaml")
+    scalars = tensorboard_scalars(tmp_path / "run")
+    assert sorted(scalars["train/loss"]) == [0, 1, 2, 3]
+    assert sorted(scalars["val/loss"]) == [1, 3]
+    assert list(scalars["test/bleu"]) == [4]
+
+
 def test_a_language_models_test_perplexity_reaches_mlflow(tmp_path: Path):
     from mlflow.tracking import MlflowClient
     from tiny import toy_text

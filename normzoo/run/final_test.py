@@ -101,7 +101,7 @@ def log_test_scores(trainer, summary: dict[str, Any]) -> None:
                if key in ("bleu", "chrf", "greedy_bleu")}
     for logger in trainer.loggers:
         logger.log_metrics({k: float(v) for k, v in scores.items()}, step=trainer.global_step)
-        # Written out as at the end of fit and test: TensorBoard's writer was closed there.
+        # Written out, as at the end of fit and test.
         logger.finalize("success")
 
 

@@ -108,8 +108,7 @@ def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
 
             built.append(csv_logger(logs))
         elif kind == "tensorboard":
-            built.append(pl_loggers.TensorBoardLogger(logs, name="tb", version="",
-                                                      default_hp_metric=False))
+            built.append(tensorboard_logger(logs))
         elif kind == "wandb":
             built.append(pl_loggers.WandbLogger(name=name, project=project, entity=run.entity,
                                                 save_dir=str(logs), offline=run.offline))
@@ -124,14 +123,42 @@ def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
     return built
 
 
+def tensorboard_logger(logs: Path) -> Any:
+    """Lightning's ``TensorBoardLogger`` writing ``logs/tb/``, whose writer stays open from the
+    first step to the end of the run.
+
+    Lightning closes the writer at the end of fit and of test, and tensorboardX reopens it on
+    the next scalar under a file named by the *second* it opens: a final test within the
+    second after fit's end overwrote the file holding every training and validation scalar.
+    Here ``finalize`` writes out and keeps the file; :func:`close_loggers` closes it once.
+    """
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    class KeptOpenTensorBoardLogger(TensorBoardLogger):
+        def finalize(self, status: str) -> None:
+            if self._experiment is not None:
+                self.experiment.flush()
+            if status == "success":
+                self.save()
+
+        def close(self) -> None:
+            if self._experiment is not None:
+                self.experiment.close()
+
+    return KeptOpenTensorBoardLogger(logs, name="tb", version="", default_hp_metric=False)
+
+
 def close_loggers(trainer: Any) -> None:
     """End the W&B run when the training run ends (Lightning leaves it open, for notebooks), so
-    that its records are written out whole, offline too, before the process exits."""
-    from lightning.pytorch.loggers import WandbLogger
+    that its records are written out whole, offline too, before the process exits; close the
+    TensorBoard writer (:func:`tensorboard_logger`)."""
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish()
+        elif isinstance(logger, TensorBoardLogger) and hasattr(logger, "close"):
+            logger.close()
 
 
 def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
