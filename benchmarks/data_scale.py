@@ -19,7 +19,7 @@ The same is measured for the in-memory data path of ``--baseline`` (a git revisi
 prepared data; run from a temporary worktree) up to ``--baseline-max`` pairs, and for a
 ``causal_lm`` corpus of ``--lm-tokens`` tokens (recipes/gpt_prenorm.yaml).
 
-Each training process runs this file with ``--child``: it patches ``normzoo.train`` to stop
+Each training process runs this file with ``--child``: it patches ``normzoo.run.training`` to stop
 the run right after the first optimizer step, records the time and ``ru_maxrss``, and exits.
 """
 
@@ -57,7 +57,8 @@ def child(out_dir: str, argv: list[str]) -> None:
     peak memory to ``out_dir`` and leave at once (no checkpoint, validation or test)."""
     from lightning.pytorch.callbacks import Callback
 
-    from normzoo import cli, train
+    from normzoo import cli
+    from normzoo.run import training as train
 
     class FirstStep(Callback):
         batch_time = None

@@ -18,7 +18,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from normzoo import recipe, train
+from normzoo import recipe
+from normzoo.run import training as train
 
 SETTINGS = {"off (guard only)": ["diagnostics.every_steps=0"],
             "every 50 steps": ["diagnostics.every_steps=50"],

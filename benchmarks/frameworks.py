@@ -80,7 +80,7 @@ def token_loss_terms(logits: torch.Tensor,
 
 
 def adamw(model: nn.Module) -> torch.optim.Optimizer:
-    # The multi-tensor AdamW, as normzoo.optim uses: the comparison is of models, not of
+    # The multi-tensor AdamW, as normzoo.tasks.optim uses: the comparison is of models, not of
     # optimizer implementations.
     return torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=0.0,
                              foreach=True)
@@ -105,8 +105,8 @@ def normzoo_config(size: Size) -> dict:
 
 def normzoo_train(size: Size, vocab_size: int) -> TrainSetup:
     """normzoo's TranslationTask loss and its optimizer (AdamW + schedule), without a Trainer."""
-    from normzoo.optim import build_optimizer
     from normzoo.recipe import from_dict
+    from normzoo.tasks.optim import build_optimizer
     from normzoo.tasks.translation import TranslationTask
 
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
@@ -249,8 +249,8 @@ Decode = Callable[[torch.Tensor], int]  # padded source batch -> tokens generate
 
 
 def normzoo_decoder(size: Size, vocab_size: int, beam: int) -> tuple[nn.Module, Decode]:
-    """normzoo.decoding with exactly ``size.decode_len`` tokens per sentence."""
-    from normzoo.decoding import beam_search, greedy
+    """normzoo.inference.decoding with exactly ``size.decode_len`` tokens per sentence."""
+    from normzoo.inference.decoding import beam_search, greedy
 
     model = normzoo_model(size, vocab_size).eval()
     limits = {"max_len_a": 0.0, "max_len_b": size.decode_len, "min_len": size.decode_len}
@@ -272,7 +272,7 @@ def mbart_decoder(size: Size, vocab_size: int, beam: int) -> tuple[nn.Module, De
     def decode(src: torch.Tensor) -> int:
         out = model.generate(input_ids=src, attention_mask=src.ne(PAD), num_beams=beam,
                              do_sample=False, length_penalty=LENPEN,
-                             suppress_tokens=[PAD, BOS],  # as normzoo.decoding does
+                             suppress_tokens=[PAD, BOS],  # as normzoo.inference.decoding does
                              max_new_tokens=size.decode_len, min_new_tokens=size.decode_len)
         return out[:, 1:].numel()  # without the decoder's start token
 
@@ -280,6 +280,6 @@ def mbart_decoder(size: Size, vocab_size: int, beam: int) -> tuple[nn.Module, De
 
 
 DECODERS: dict[str, Entry] = {
-    "normzoo": Entry("normzoo.decoding", "normzoo.decoding", normzoo_decoder),
+    "normzoo": Entry("normzoo.inference.decoding", "normzoo.inference.decoding", normzoo_decoder),
     "transformers": Entry("Hugging Face generate (mBART)", MBART, mbart_decoder),
 }

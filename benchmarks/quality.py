@@ -65,8 +65,9 @@ def overrides(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 def train_one(scheme: str, args: argparse.Namespace, runs: Path) -> dict[str, Any]:
     """Train one recipe within the budget; its summary (or how it diverged) and CPU time."""
-    from normzoo import recipe, train
+    from normzoo import recipe
     from normzoo.diagnostics.callbacks import DivergenceError
+    from normzoo.run import training as train
 
     path = REPO / "recipes" / RECIPES[scheme]
     resolved = recipe.load(path, overrides(args, runs / scheme))

@@ -3,13 +3,17 @@
 Importing the package is cheap: heavy modules (torch, Lightning) load only when used.
 """
 
+from normzoo import moved
+
 __version__ = "0.1.0"
+
+moved.install()  # the 0.1 layout's import paths, with a DeprecationWarning (normzoo.moved)
 
 
 def __getattr__(name: str):
     """``normzoo.load`` without importing torch at ``import normzoo`` time."""
     if name == "load":
-        from normzoo.checkpoint import load
+        from normzoo.checkpoints.load import load
 
         return load
     raise AttributeError(f"module 'normzoo' has no attribute {name!r}")

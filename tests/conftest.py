@@ -102,8 +102,8 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from tiny import tiny
 
-    from normzoo import train
     from normzoo.recipe import from_dict
+    from normzoo.run import training as train
 
     root = tmp_path_factory.mktemp("tiny_checkpoint")
     recipe = from_dict(tiny(

@@ -30,7 +30,7 @@ def at_step(step: int, act) -> None:
     """Call ``act()`` once, as training step ``step`` is about to run."""
     from lightning.pytorch.callbacks import Callback
 
-    from normzoo import train
+    from normzoo.run import training as train
 
     class AtStep(Callback):
         done = False
@@ -55,7 +55,7 @@ def kill_before_step(step: int, signum: int = signal.SIGKILL) -> None:
 
 
 def kill_inside_checkpoint_write(nth: int) -> None:
-    from normzoo import atomic
+    from normzoo.checkpoints import atomic
 
     write = atomic.atomic_write
     seen = {"checkpoints": 0}
@@ -90,7 +90,7 @@ def pause_at_step(step: int) -> None:
 
 
 def disk_full_at_step_checkpoint(nth: int) -> None:
-    from normzoo import atomic
+    from normzoo.checkpoints import atomic
 
     fsync, writes = os.fsync, {"step": 0}
 

@@ -16,13 +16,13 @@ import torch
 from typer.testing import CliRunner
 
 import normzoo
-from normzoo import train
-from normzoo.checkpoint import CheckpointError, load_checkpoint, load_export
+from normzoo.checkpoints.load import CheckpointError, load_checkpoint, load_export
 from normzoo.cli import app
 from normzoo.data import builtin
-from normzoo.decoding import beam_search, greedy
-from normzoo.export import export
+from normzoo.export.writer import export
+from normzoo.inference.decoding import beam_search, greedy
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 runner = CliRunner()
@@ -297,7 +297,7 @@ def test_causal_lm_checkpoint_generates_and_reports_perplexity(tmp_path_factory)
 
 
 def test_averaging_names_a_checkpoint_of_another_model_or_a_damaged_one(tmp_path: Path):
-    from normzoo.export import average_state
+    from normzoo.export.writer import average_state
 
     def step_file(name: str, state) -> Path:
         path = tmp_path / name

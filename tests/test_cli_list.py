@@ -187,7 +187,7 @@ def test_list_check_on_a_name_two_plugins_claim(runner, fake_dists):
 def test_builtin_descriptions_read_from_source_are_their_docstrings():
     """``normzoo list`` reads normzoo's own entries from their source, not importing torch: the
     line it prints must be the one the imported object gives."""
-    from normzoo.registry_entry import builtin_doc_line
+    from normzoo.registry.entry import builtin_doc_line
 
     for reg in (registry.norms, registry.residuals):
         for entry in reg.entries(load=True):

@@ -45,8 +45,8 @@ def normzoo_process(*args: str, **kwargs) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def lm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``last.ckpt`` of a few steps of a tiny causal LM (64 positions) on toy text."""
-    from normzoo import train
     from normzoo.recipe import from_dict
+    from normzoo.run import training as train
 
     root = toy_text(tmp_path_factory.mktemp("lm"))
     recipe = from_dict(tiny(task="causal_lm", model={"family": "decoder", "encoder_layers": 0},

@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 from tiny import tiny, toy_text
 
 from normzoo import cli
-from normzoo.checkpoint import EXPORT_FILES, load_export
+from normzoo.checkpoints.load import EXPORT_FILES, load_export
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 HERE = Path(__file__).parent
@@ -84,8 +84,8 @@ def _write_data(folder: Path, how: str) -> Path:
 
 def _language_model(root: Path) -> Path:
     """``last.ckpt`` of two steps of a tiny causal LM on toy text (for ``generate``)."""
-    from normzoo import train
     from normzoo.recipe import from_dict
+    from normzoo.run import training as train
 
     root.mkdir()
     toy_text(root, (100, 8, 8))
@@ -112,7 +112,7 @@ def _poisoned(source: Path, target: Path, value: float) -> Path:
 def world(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[World]:
     from safetensors.torch import load_file, save_file
 
-    from normzoo.export import export
+    from normzoo.export.writer import export
 
     root = tmp_path_factory.mktemp("cli_property")
     found = World(root, root / "cache")

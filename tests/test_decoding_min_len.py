@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
-from normzoo.decoding import beam_search, greedy
+from normzoo.inference.decoding import beam_search, greedy
 from normzoo.models import assemble
 
 VOCAB = 30

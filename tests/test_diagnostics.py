@@ -10,12 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from normzoo import train
 from normzoo.diagnostics.callbacks import DivergenceError
 from normzoo.diagnostics.probes import gradient_norms, probe
 from normzoo.models import assemble
 from normzoo.nn.padding import padding_mask_context
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -201,7 +201,7 @@ def test_sweep_runs_the_grid_records_divergence_and_resumes(tmp_path, monkeypatc
 
     import yaml
 
-    from normzoo.diagnostics.sweep import sweep
+    from normzoo.sweep.runner import sweep
 
     recipe = tiny_recipe(tmp_path / "unused")
     recipe["trainer"].update(max_steps=4, val_every_steps=2, log_every_steps=1)
@@ -245,8 +245,8 @@ def test_a_failed_cell_is_recorded_the_others_run_and_a_rerun_retries_it(tmp_pat
     other cells run, results.md and the plots show every cell with the failure and its reason,
     the sweep ends with exit code 1 naming the failed cell, and running it again retries only
     that cell."""
-    from normzoo.diagnostics.sweep import SweepFailed, sweep
     from normzoo.errors import RuntimeFailure
+    from normzoo.sweep.runner import SweepFailed, sweep
 
     path, out, real_run = _tiny_sweep_recipe(tmp_path), tmp_path / "sweep", train.run
 
@@ -280,7 +280,7 @@ def test_a_failed_cell_is_recorded_the_others_run_and_a_rerun_retries_it(tmp_pat
 def test_cells_running_side_by_side_fail_alike(tmp_path):
     """With --jobs 2 (each cell a submitit job in a process of its own), a failing cell is
     recorded the same way, and a user error keeps its exit code (2)."""
-    from normzoo.diagnostics.sweep import SweepFailed, sweep
+    from normzoo.sweep.runner import SweepFailed, sweep
 
     missing = tmp_path / "no-such-data"
     with pytest.raises(SweepFailed) as caught:
@@ -294,7 +294,7 @@ def test_cells_running_side_by_side_fail_alike(tmp_path):
 
 
 def test_sweep_grid_axes_and_tied_keys():
-    from normzoo.diagnostics.sweep import cell_name, cell_overrides, cells, parse_grid
+    from normzoo.sweep.runner import cell_name, cell_overrides, cells, parse_grid
 
     grid = parse_grid(["model.residual=post,pre",
                        "model.encoder_layers,model.decoder_layers=6,18"])
@@ -309,7 +309,7 @@ def test_sweep_grid_axes_and_tied_keys():
 
 
 def test_sweep_values_may_be_mappings():
-    from normzoo.diagnostics.sweep import cell_name, cell_overrides, cells, parse_grid
+    from normzoo.sweep.runner import cell_name, cell_overrides, cells, parse_grid
 
     grid = parse_grid(["model.residual=deepnorm,{name: admin, init: profiled},subln",
                        "trainer.loggers=[csv],[csv, tensorboard]"])
@@ -326,7 +326,7 @@ def test_sweep_diagnose_measures_each_cell_at_init_and_at_the_end(tmp_path):
 
     import yaml
 
-    from normzoo.diagnostics.sweep import sweep
+    from normzoo.sweep.runner import sweep
 
     recipe = tiny_recipe(tmp_path / "unused")
     recipe["trainer"].update(max_steps=2, val_every_steps=2)
@@ -355,7 +355,7 @@ def test_sweep_results_list_every_finished_cell_whatever_order_they_ran_in(tmp_p
 
     import yaml
 
-    from normzoo.diagnostics import sweep as sweeps
+    from normzoo.sweep import runner as sweeps
 
     recipe = tiny_recipe(tmp_path / "unused")
     path = tmp_path / "r.yaml"

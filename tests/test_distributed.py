@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from normzoo.data import builtin
-from normzoo.optim import lr_factor
 from normzoo.recipe import OptimConfig
+from normzoo.tasks.optim import lr_factor
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tiny import tiny
 
-from normzoo import train
 from normzoo.errors import ConfigError
 from normzoo.recipe import from_dict, load
+from normzoo.run import training as train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

@@ -26,7 +26,7 @@ from tiny import TINY
 from typer.testing import CliRunner
 
 from normzoo import recipe as recipes
-from normzoo.checkpoint import EXPORT_FILES
+from normzoo.checkpoints.load import EXPORT_FILES
 from normzoo.cli import app
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -292,8 +292,8 @@ def test_a_model_the_machine_cannot_hold_is_refused_before_writing(tiny_recipe: 
 
 
 def test_the_size_estimate_is_a_close_lower_bound():
-    from normzoo.machine import parameter_count
     from normzoo.models import assemble
+    from normzoo.run.machine import parameter_count
 
     for model in ({"d_model": 64, "heads": 4, "ffn_dim": 128, "encoder_layers": 2,
                    "decoder_layers": 3},

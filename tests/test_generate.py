@@ -10,10 +10,10 @@ from tiny import tiny, toy_text
 from typer.testing import CliRunner
 
 import normzoo
-from normzoo import train
 from normzoo.cli import app
-from normzoo.export import export
+from normzoo.export.writer import export
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 runner = CliRunner()
 PROMPTS = ["the dog", "a small cat saw", "the"]

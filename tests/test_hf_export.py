@@ -15,15 +15,15 @@ from tiny import tiny, toy_text
 from typer.testing import CliRunner
 
 import normzoo
-from normzoo import train
 from normzoo.cli import app
 from normzoo.data import builtin
 from normzoo.data.tokenizer import BOS, EOS, PAD
-from normzoo.decoding import max_target_lengths
-from normzoo.hf.plain import UNMAPPABLE, NotMappable, plain_model
+from normzoo.export.hf.plain import UNMAPPABLE, NotMappable, plain_model
+from normzoo.inference.decoding import max_target_lengths
 from normzoo.models import assemble
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 transformers = pytest.importorskip("transformers")
 runner = CliRunner()
@@ -191,7 +191,7 @@ def test_unmappable_schemes_are_refused_with_the_reason(scheme: str):
     ({"family": "encoder", "decoder_layers": 0, "residual": "pre"}, "activation must be gelu"),
 ])
 def test_models_without_a_counterpart_are_refused(model: dict, says: str):
-    from normzoo.hf.architectures import target_for
+    from normzoo.export.hf.architectures import target_for
 
     config = ModelConfig.parse({**SIZES, "encoder_layers": 1, "decoder_layers": 1, **model})
     with pytest.raises(NotMappable, match=says):

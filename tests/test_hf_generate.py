@@ -15,12 +15,12 @@ import pytest
 from tiny import tiny, toy_text
 
 import normzoo
-from normzoo import train
 from normzoo.data import builtin
 from normzoo.data.tokenizer import MASK
-from normzoo.decoding import greedy, max_target_lengths
-from normzoo.export import export
+from normzoo.export.writer import export
+from normzoo.inference.decoding import greedy, max_target_lengths
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 transformers = pytest.importorskip("transformers")
 SIZES = {"d_model": 32, "heads": 4, "ffn_dim": 128, "max_positions": 64}
@@ -78,7 +78,7 @@ SEQ2SEQ = [("pre", {"residual": "pre"}, 200, 5e-3, "BlenderbotForConditionalGene
                          ids=[case[0] for case in SEQ2SEQ])
 def test_batched_translation_equals_normzoo(workspace: Path, name: str, model: dict,
                                             steps: int, lr: float, architecture: str):
-    from normzoo.hf import LengthRule
+    from normzoo.export.hf import LengthRule
 
     checkpoint, out = _train_and_export(workspace, f"mt-{name}", "translation", model, steps,
                                         lr)
@@ -157,7 +157,7 @@ def test_batched_continuations_equal_normzoo(workspace: Path, name: str, model: 
 @pytest.mark.parametrize("family", ["encoder", "decoder", "encoder_decoder"])
 def test_the_tokenizer_masks_a_whole_word_and_pads_decoders_on_the_left(
         tiny_checkpoint: Path, tmp_path: Path, family: str):
-    from normzoo.hf import _tokenizer
+    from normzoo.export.hf import _tokenizer
 
     loaded = normzoo.load(tiny_checkpoint)
     _tokenizer(loaded, family, 64).save_pretrained(tmp_path)

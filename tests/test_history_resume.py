@@ -20,10 +20,10 @@ import yaml
 from tiny import tiny
 from typer.testing import CliRunner
 
-from normzoo import train
 from normzoo.cli import app
 from normzoo.errors import RuntimeFailure
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 from normzoo.run.history import BEFORE_RESUME, csv_logger, read_metrics, resume_history
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -147,7 +147,7 @@ def test_a_failed_rewrite_leaves_the_file_whole(tmp_path: Path,
     import os
     from types import SimpleNamespace
 
-    from normzoo import atomic
+    from normzoo.checkpoints import atomic
 
     logger, path = logger_in(tmp_path)
     path.parent.mkdir(parents=True)

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from normzoo import recipe as recipes
-from normzoo.checkpoint import load_checkpoint, load_export
+from normzoo.checkpoints.load import load_checkpoint, load_export
 from normzoo.cli import app
 from normzoo.errors import ConfigError, NormzooError
 from normzoo.models.config import Component
@@ -1127,7 +1127,7 @@ def test_a_fitting_checkpoint_still_loads(tiny_checkpoint: Path):
 
 @pytest.fixture
 def exported(tiny_checkpoint: Path, tmp_path: Path) -> Path:
-    from normzoo.export import export
+    from normzoo.export.writer import export
 
     return export(tiny_checkpoint, tmp_path / "good")
 

@@ -12,9 +12,9 @@ import pytest
 from tiny import tiny
 from typer.testing import CliRunner
 
-from normzoo import train
 from normzoo.cli import app
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

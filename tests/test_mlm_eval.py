@@ -13,10 +13,10 @@ import torch
 from tiny import tiny, toy_text
 from typer.testing import CliRunner
 
-from normzoo import train
 from normzoo.cli import app
 from normzoo.data.examples import SentenceData
 from normzoo.recipe import from_dict
+from normzoo.run import training as train
 
 
 def test_seeded_masks_do_not_depend_on_the_batch():

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from normzoo.errors import ConfigError
 from normzoo.models import assemble
 from normzoo.nn.padding import current_padding_mask, padding_mask_context
-from normzoo.options import validate_options
 from normzoo.registry import norms
+from normzoo.registry.options import validate_options
 
 NAMES = ["layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm"]
 DIM = 16

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from normzoo.optim import build_optimizer, lr_factor
 from normzoo.recipe import OptimConfig
+from normzoo.tasks.optim import build_optimizer, lr_factor
 
 
 def factors(schedule: str, steps: int, max_steps: int = 100, **kwargs) -> list[float]:

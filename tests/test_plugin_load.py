@@ -18,7 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from normzoo import registry
-from normzoo.checkpoint import CheckpointError, load_checkpoint
+from normzoo.checkpoints.load import CheckpointError, load_checkpoint
 from normzoo.cli import app
 from normzoo.errors import NormzooError
 

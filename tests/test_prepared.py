@@ -17,8 +17,8 @@ import torch
 from tiny import tiny
 
 from normzoo.data.batching import token_budget_batches
+from normzoo.data.cache import DamagedCache, cache_root
 from normzoo.data.prepare import open_prepared, prepare, recipe_tokenizer
-from normzoo.data.prepared import DamagedCache, cache_root
 from normzoo.data.sources import load_parallel, load_text
 from normzoo.data.tokenizer import BOS, EOS, PAD
 from normzoo.recipe import from_dict
@@ -232,7 +232,7 @@ def test_tokenizer_trains_on_a_seeded_sample(tmp_path: Path):
 
     assert sampled(1).to_str() == sampled(1).to_str()
     assert sampled(1).to_str() != full.to_str()
-    from normzoo.data import prepare_tokenizer as module
+    from normzoo.data import train_tokenizer as module
 
     texts = module._tokenizer_texts(from_dict({**recipe.to_dict(), "data": {
         **recipe.to_dict()["data"],

@@ -21,7 +21,11 @@ import pytest
 import torch
 import yaml
 
-from normzoo.atomic import atomic_write_text, remove_stale_temporaries, save_checkpoint_atomically
+from normzoo.checkpoints.atomic import (
+    atomic_write_text,
+    remove_stale_temporaries,
+    save_checkpoint_atomically,
+)
 from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
 from normzoo.errors import RuntimeFailure
 
@@ -171,7 +175,7 @@ def test_sigkill_at_random_steps_loses_at_most_one_interval(workdir, uninterrupt
     # the uninterrupted one exactly.
     import random
 
-    from normzoo.checkpointing import newest_checkpoint
+    from normzoo.checkpoints.rolling import newest_checkpoint
 
     kills = sorted(random.Random(12).sample(range(6, 30), 3))
     args = ["train", "tiny.yaml", "run.dir=runs/random"]
@@ -367,7 +371,7 @@ def test_a_failed_write_leaves_the_previous_file_whole(tmp_path: Path):
         f.write(b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    from normzoo import atomic
+    from normzoo.checkpoints import atomic
 
     with pytest.raises(RuntimeFailure, match=r"disk is full.*previous version.*intact") as info:
         atomic.atomic_write(target, explode, "checkpoint")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from normzoo import recipe, train
+from normzoo import recipe
+from normzoo.run import training as train
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")]
@@ -33,8 +34,8 @@ def test_multi30k_prenorm_learns_on_real_data(tmp_path: Path, monkeypatch):
     import transformers
 
     import normzoo
-    from normzoo.decoding import max_target_lengths
-    from normzoo.export import export
+    from normzoo.export.writer import export
+    from normzoo.inference.decoding import max_target_lengths
 
     checkpoint = Path(summary["best_checkpoint"])
     result = export(checkpoint, tmp_path / "hf", fmt="hf")

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from tiny import tiny
 
-from normzoo.diagnostics import launch
+from normzoo.sweep import launch
 
 
 def test_two_jobs_run_both_cells_as_separate_processes(tmp_path: Path):
@@ -139,8 +139,8 @@ def test_submitits_signal_checkpoints_the_current_step_and_requeues_the_cell(
     from submitit import JobEnvironment
     from submitit.core.utils import DelayedSubmission, JobPaths
 
-    from normzoo import train
-    from normzoo.diagnostics import sweep as sweeps
+    from normzoo.run import training as train
+    from normzoo.sweep import runner as sweeps
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     recipe = tmp_path / "r.yaml"
@@ -222,7 +222,7 @@ def test_paired_bootstrap_is_sacrebleus_and_tells_a_real_difference_from_none():
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    from normzoo.scoring import paired_bootstrap
+    from normzoo.inference.scoring import paired_bootstrap
 
     rng = random.Random(0)
     words = ["the", "a", "cat", "dog", "sat", "ran", "on", "in", "mat", "park", "big", "small",
@@ -247,7 +247,7 @@ def test_paired_bootstrap_is_sacrebleus_and_tells_a_real_difference_from_none():
 
 
 def test_results_give_mean_and_sd_over_seeds_per_setting():
-    from normzoo.diagnostics.seeds import over_seeds
+    from normzoo.sweep.seeds import over_seeds
 
     rows = [{"model.residual": "post", "seed": s, "status": "ok", "test_bleu": b,
              "metric_value": 3.0, "final_train_loss": 4.0, "steps": 1000}
@@ -269,9 +269,9 @@ def test_results_give_mean_and_sd_over_seeds_per_setting():
 def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, monkeypatch):
     from typer.testing import CliRunner
 
-    from normzoo import train
     from normzoo.cli import app
     from normzoo.recipe import from_dict
+    from normzoo.run import training as train
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     runs = []
@@ -326,7 +326,7 @@ def test_compare_says_which_run_scores_higher_and_what_pooled_seeds_test(tmp_pat
                                                                          monkeypatch):
     import json
 
-    from normzoo.diagnostics.compare import compare_runs, format_comparison, to_json
+    from normzoo.sweep.compare import compare_runs, format_comparison, to_json
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()
@@ -354,7 +354,7 @@ def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_lin
         tmp_path: Path, monkeypatch):
     # str.splitlines() also splits at U+2028, U+0085 and friends; the run wrote one
     # translation per "\n" (and so did the references): split there only.
-    from normzoo.diagnostics import compare
+    from normzoo.sweep import compare
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from normzoo.diagnostics import sweep as sweeps
-from normzoo.diagnostics import sweep_plots
+from normzoo.sweep import plots as sweep_plots
+from normzoo.sweep import runner as sweeps
 
 KEYS = ["model.residual", "optim.lr"]
 # Cell -> (train losses at steps 0..n-1, {step: val loss}); the third diverges at step 3.

@@ -1,5 +1,5 @@
-"""Each task learns on a tiny corpus, and one end-to-end ``normzoo.train.run`` leaves a complete
-run directory behind.
+"""Each task learns on a tiny corpus, and one end-to-end ``normzoo.run.training.run`` leaves a
+complete run directory behind.
 
 Tiny models (d_model 32, 1 layer) on 200 examples, CPU only: a few seconds per task.
 """
@@ -16,13 +16,13 @@ import lightning as L
 import pytest
 import torch
 
-from normzoo import train
 from normzoo.data import builtin
 from normzoo.data.prepare import recipe_tokenizer
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.errors import ConfigError
 from normzoo.recipe import Recipe, from_dict, load
 from normzoo.run import directory
+from normzoo.run import training as train
 from normzoo.tasks.datamodule import TextDataModule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from normzoo import recipe, train
+from normzoo import recipe
 from normzoo.data import builtin
+from normzoo.run import training as train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

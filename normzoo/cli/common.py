@@ -60,7 +60,7 @@ def file_system_failures() -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        from normzoo.atomic import os_reason
+        from normzoo.checkpoints.atomic import os_reason
         from normzoo.errors import RuntimeFailure
 
         where = f" {error.filename}" if error.filename else ""
@@ -143,11 +143,11 @@ def typed_lines() -> Iterator[tuple[int, str]]:
 
 @contextlib.contextmanager
 def input_warnings() -> Iterator[None]:
-    """An input line cut to fit the model (:class:`normzoo.evaluate.InputCut`) as a
+    """An input line cut to fit the model (:class:`normzoo.inference.translate.InputCut`) as a
     ``warning: line N: ...`` line on standard error, when it happens (every one, not once)."""
     import warnings
 
-    from normzoo.evaluate import InputCut
+    from normzoo.inference.translate import InputCut
 
     with warnings.catch_warnings():
         warnings.simplefilter("always", InputCut)

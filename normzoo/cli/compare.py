@@ -32,7 +32,7 @@ def compare(
     Says which one scores higher (the sign of the BLEU difference) beside sacreBLEU's p-value,
     which is two-sided. Several runs a side are pooled: the test is then of those translations,
     not of the variance between seeds."""
-    from normzoo.diagnostics.compare import compare_runs, format_comparison, to_json
+    from normzoo.sweep.compare import compare_runs, format_comparison, to_json
 
     result = compare_runs(baseline, system, data_dir, samples)
     typer.echo(to_json(result) if as_json else format_comparison(result))

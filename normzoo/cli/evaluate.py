@@ -46,11 +46,11 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
-    from normzoo.atomic import atomic_write_text
-    from normzoo.checkpoint import load
+    from normzoo.checkpoints.atomic import atomic_write_text
+    from normzoo.checkpoints.load import load
     from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
     from normzoo.errors import NormzooError
-    from normzoo.evaluate import language_model_metrics
+    from normzoo.inference.translate import language_model_metrics
 
     if hyps is not None:
         check_output_file(hyps, "--hyps")
@@ -75,7 +75,7 @@ def evaluate(
         name = src.stem
     else:
         sources, references = load_parallel(data, name)
-    from normzoo.scoring import score
+    from normzoo.inference.scoring import score
 
     config = loaded.eval_config(beam, lenpen)
     with input_warnings():  # a sentence longer than the model's positions, named

@@ -32,7 +32,7 @@ def export(
              "that transformers' Auto classes load (Post-/Pre-LN and what folds into them)."),
 ) -> None:
     """Export a checkpoint to a self-contained directory with a model card (README.md)."""
-    from normzoo.export import export as run_export
+    from normzoo.export.writer import export as run_export
 
     result = run_export(checkpoint, out, average, fmt.value)
     if fmt is Format.hf:

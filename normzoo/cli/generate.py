@@ -52,7 +52,7 @@ def generate(
     seeded SEED + i, so the lines equal the Python API's
     normzoo.load(CKPT).generate(prompts, seed=SEED), whatever the batch size.
     """
-    from normzoo.checkpoint import load
+    from normzoo.checkpoints.load import load
     from normzoo.errors import NormzooError
 
     if prompt is not None and input is not None:

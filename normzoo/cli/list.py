@@ -26,9 +26,9 @@ def list_plugins(
     takes from a built-in (CONFLICT), are flagged; with --check they make the exit code 1.
     """
     from normzoo import registry
-    from normzoo.options import close_match
     from normzoo.registry import first_doc_line
-    from normzoo.registry_entry import builtin_doc_line, is_builtin
+    from normzoo.registry.entry import builtin_doc_line, is_builtin
+    from normzoo.registry.options import close_match
 
     groups = {"norms": [registry.norms], "residuals": [registry.residuals]}
     groups["all"] = groups["norms"] + groups["residuals"]

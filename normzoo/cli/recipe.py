@@ -40,6 +40,7 @@ def validate(
     error."""
     from normzoo import recipe as recipes
     from normzoo.recipe.paths import check_inputs
+    from normzoo.run.machine import check_machine
 
-    check_inputs(recipes.load(recipe, overrides or [], machine=True))
+    check_inputs(check_machine(recipes.load(recipe, overrides or [])))
     typer.echo(f"{recipe}: ok")

@@ -31,11 +31,12 @@ def train(
     schedule); --resume continues a run where it stopped."""
     from normzoo import recipe as recipes
     from normzoo.recipe.paths import check_inputs
+    from normzoo.run.machine import check_machine
 
     # The data is read minutes later (after the tokenizer): a missing file fails now.
-    resolved = check_inputs(recipes.load(recipe, overrides or [], machine=True),
+    resolved = check_inputs(check_machine(recipes.load(recipe, overrides or [])),
                             resuming=resume is not None)
-    from normzoo.train import run
+    from normzoo.run.training import run
 
     with file_system_failures():
         summary = run(resolved, recipe, force=force, resume=resume, overrides=overrides or [])

@@ -177,7 +177,8 @@ def fingerprint(data: DataConfig, split: str, task: str) -> str:
     elif data.source == "builtin":
         from normzoo.data import builtin
 
-        digest.update(Path(builtin.__file__).read_bytes())  # the generator is the content
+        for path in sorted(Path(builtin.__file__).parent.glob("*.py")):  # the generator, its
+            digest.update(path.name.encode() + path.read_bytes())   # words: the content
     else:
         digest.update(_hub_split(data, split)._fingerprint.encode())
     return digest.hexdigest()

@@ -1,6 +1,6 @@
 """Prepare a recipe's data once: train the tokenizer on a sample, encode every split, cache.
 
-The tokenizer step is :mod:`normzoo.data.prepare_tokenizer`; this module encodes the splits
+The tokenizer step is :mod:`normzoo.data.train_tokenizer`; this module encodes the splits
 with it and owns the cache of encoded arrays.
 
 ``prepare(recipe)`` returns the opened cache, building it first when it is missing or
@@ -24,15 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from normzoo.data import chunks
-from normzoo.data.examples import token_dtype
-from normzoo.data.prepare_tokenizer import (
-    key_hash,
-    recipe_tokenizer,
-    split_chunks,
-    split_of,
-    stream_rows,
-)
-from normzoo.data.prepared import (
+from normzoo.data.cache import (
     DamagedCache,
     Prepared,
     TableWriter,
@@ -41,7 +33,15 @@ from normzoo.data.prepared import (
     write_lines,
     write_manifest,
 )
+from normzoo.data.examples import token_dtype
 from normzoo.data.tokenizer import EOS, Tokenizer, cache_failure
+from normzoo.data.train_tokenizer import (
+    key_hash,
+    recipe_tokenizer,
+    split_chunks,
+    split_of,
+    stream_rows,
+)
 from normzoo.recipe import Recipe
 
 # recipe_tokenizer and stream_rows are the tokenizer step's; callers import them from here too.

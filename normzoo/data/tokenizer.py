@@ -20,7 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from normzoo.atomic import atomic_write_text, os_reason
+from normzoo.checkpoints.atomic import atomic_write_text, os_reason
 from normzoo.errors import NormzooError, RuntimeFailure
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")

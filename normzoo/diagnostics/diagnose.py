@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from normzoo.atomic import save_figure
+from normzoo.checkpoints.atomic import save_figure
 from normzoo.data.batching import token_budget_batches
 from normzoo.diagnostics.probes import Measurements, gradient_norms, probe
 from normzoo.recipe import Recipe
@@ -39,8 +39,8 @@ def recipe_variants(data: dict, vary: list[str], name: str,
     Without ``--vary``, the recipe ``data`` itself, labelled ``name``. ``resolve`` turns a
     recipe's data (overrides applied) into the recipe measured."""
     from normzoo import recipe as recipes
-    from normzoo.diagnostics.grid import cell_overrides, cells, label, parse_grid
     from normzoo.errors import NormzooError
+    from normzoo.recipe.grid import cell_overrides, cells, label, parse_grid
 
     if not vary:
         return [Variant(name, resolve(data))]
@@ -118,10 +118,10 @@ def diagnose_run(run_dir: Path) -> list[dict]:
     import csv
     import io
 
-    from normzoo.atomic import atomic_write_text
-    from normzoo.checkpoint import load_checkpoint
-    from normzoo.checkpoint_files import CheckpointError
-    from normzoo.data.prepare_tokenizer import recipe_tokenizer
+    from normzoo.checkpoints.atomic import atomic_write_text
+    from normzoo.checkpoints.load import load_checkpoint
+    from normzoo.checkpoints.reading import CheckpointError
+    from normzoo.data.train_tokenizer import recipe_tokenizer
 
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     variants, note = [], ""

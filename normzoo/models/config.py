@@ -16,29 +16,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from normzoo.errors import ConfigError, Problem
-from normzoo.options import pydantic_problems, rule_error, rule_problems
-
-
-class Component(BaseModel):
-    """A registry name plus its options (every other key of the mapping)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    name: str = Field(min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @property
-    def options(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-    def __str__(self) -> str:
-        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
-        return f"{self.name}({opts})" if opts else self.name
-
+from normzoo.models.component import Component
+from normzoo.registry.options import pydantic_problems, rule_error, rule_problems
 
 Probability = pydantic.confloat(ge=0.0, lt=1.0)
 
@@ -98,7 +77,7 @@ class ModelConfig(BaseModel):
         # The registry check: names, options, combinations. Skipped only on request
         # (``context={"registry": False}``), e.g. to read a recipe whose plugin is not here.
         if (info.context or {}).get("registry", True):
-            from normzoo.models.resolve import resolve
+            from normzoo.models.resolve import resolve  # torch and the plugins: on first use
 
             # Tried with the defaults in place of the fields that already have a problem.
             fields = type(self).model_fields

@@ -10,20 +10,34 @@ to the model section (``norm``, ``residual.alpha``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from torch import nn
 
 from normzoo import registry
 from normzoo.errors import ConfigError, NormzooError, Problem
-from normzoo.options import validate_options
+from normzoo.models.component import Component
+from normzoo.registry.options import validate_options
 from normzoo.residual.base import Family, ResidualScheme, StackInfo
 
-if TYPE_CHECKING:
-    from normzoo.models.config import Component, ModelConfig
+
+class ModelSection(Protocol):
+    """What resolving needs of a model section (:class:`normzoo.models.config.ModelConfig`,
+    which calls :func:`resolve` while it validates, so it is not imported here)."""
+
+    family: str
+    d_model: int
+    norm: Component
+    residual: Component
+
+    @property
+    def encoder_depth(self) -> int: ...
+
+    @property
+    def decoder_depth(self) -> int: ...
 
 
-def stack_infos(config: ModelConfig) -> list[StackInfo]:
+def stack_infos(config: ModelSection) -> list[StackInfo]:
     """The stacks this family has, each told the family and both depths."""
     family = Family(config.family)
     n, m = config.encoder_depth, config.decoder_depth
@@ -61,13 +75,11 @@ def _problems(error: NormzooError, where: str) -> list[Problem]:
 
 def _given(component: Component, validated: dict[str, Any]) -> Component:
     """``component`` with the options it names, as the plugin's signature read them."""
-    from normzoo.models.config import Component
-
     return Component(name=component.name,
                      **{key: validated[key] for key in component.options})
 
 
-def _resolve_norm(config: ModelConfig) -> tuple[Component | None, list[Problem]]:
+def _resolve_norm(config: ModelSection) -> tuple[Component | None, list[Problem]]:
     name = config.norm.name
     try:
         factory = norm_factory(name)
@@ -81,7 +93,7 @@ def _resolve_norm(config: ModelConfig) -> tuple[Component | None, list[Problem]]
     return _given(config.norm, options), [problem] if problem else []
 
 
-def _resolve_residual(config: ModelConfig) -> tuple[Component | None, list[ResidualScheme],
+def _resolve_residual(config: ModelSection) -> tuple[Component | None, list[ResidualScheme],
                                                    list[Problem]]:
     try:
         cls = scheme_class(config.residual.name)
@@ -94,7 +106,7 @@ def _resolve_residual(config: ModelConfig) -> tuple[Component | None, list[Resid
     return _given(config.residual, options), schemes, []
 
 
-def causal_norm_problem(config: ModelConfig, factory: Any) -> Problem | None:
+def causal_norm_problem(config: ModelSection, factory: Any) -> Problem | None:
     """A norm whose statistics mix positions (``mixes_positions = True``, BatchNorm) cannot sit
     in a causal decoder: in training, every position's output would depend on later tokens.
 
@@ -111,7 +123,7 @@ def causal_norm_problem(config: ModelConfig, factory: Any) -> Problem | None:
     )
 
 
-def resolve(config: ModelConfig) -> tuple[Component, Component, list[Problem]]:
+def resolve(config: ModelSection) -> tuple[Component, Component, list[Problem]]:
     """``config``'s norm and residual with validated options, and every problem found."""
     norm, problems = _resolve_norm(config)
     residual, schemes, found = _resolve_residual(config)

@@ -17,10 +17,16 @@ from typing import Any
 import pydantic
 
 from normzoo.errors import ConfigError, Problem
-from normzoo.options import boolean_numbers, close_match, key_name, pydantic_problems, rule_problems
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape, read_yaml
 from normzoo.recipe.schema import FAMILY_OF_TASK, Recipe, section_problems
+from normzoo.registry.options import (
+    boolean_numbers,
+    close_match,
+    key_name,
+    pydantic_problems,
+    rule_problems,
+)
 
 TASK_OF_FAMILY = {family: task for task, family in FAMILY_OF_TASK.items()}
 
@@ -204,14 +210,8 @@ def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     return recipe
 
 
-def load(path: str | Path, overrides: list[str] | None = None, *,
-         machine: bool = False) -> Recipe:
-    """Read, override and validate a recipe file; with ``machine`` (``train``, ``sweep`` and
-    ``recipe validate`` ask for it), also check that this machine can hold the model and run
-    the trainer settings (:func:`normzoo.machine.machine_problems`)."""
-    recipe = from_dict(apply_overrides(read_yaml(path), overrides or []))
-    if not machine:
-        return recipe
-    from normzoo.machine import check_machine
-
-    return check_machine(recipe)
+def load(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, override and validate a recipe file. Whether this machine can run it is the run's
+    question, not the recipe's: ``train``, ``sweep`` and ``recipe validate`` ask it next
+    (:func:`normzoo.run.machine.check_machine`)."""
+    return from_dict(apply_overrides(read_yaml(path), overrides or []))

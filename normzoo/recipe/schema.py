@@ -2,8 +2,9 @@
 together (cross-field rules included), so that validating a recipe once catches all that a run
 would refuse. Loading (YAML, overrides, error collection) lives in :mod:`normzoo.recipe.loading`.
 
-A cross-field rule raises :func:`~normzoo.options.rule_error` with the problems located relative
-to its section; :func:`~normzoo.options.located_problems` puts them under the section's path.
+A cross-field rule raises :func:`~normzoo.registry.options.rule_error` with the problems
+located relative to its section; :func:`~normzoo.registry.options.located_problems` puts them
+under the section's path.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic import (
 
 from normzoo.errors import Problem
 from normzoo.models.config import ModelConfig
-from normzoo.options import rule_error
+from normzoo.registry.options import rule_error
 
 Task = Literal["translation", "mlm", "causal_lm"]
 FAMILY_OF_TASK = {"translation": "encoder_decoder", "mlm": "encoder", "causal_lm": "decoder"}

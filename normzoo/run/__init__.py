@@ -1,4 +1,4 @@
-"""The parts of one training run, each with one job; :mod:`normzoo.train` runs them in order.
+"""The parts of one training run, each with one job; :mod:`normzoo.run.training` runs them in order.
 
 * :mod:`~normzoo.run.directory` — where the run lives; refusing to overwrite one.
 * :mod:`~normzoo.run.trainer` — the Lightning Trainer the recipe asks for.

@@ -8,7 +8,7 @@ Layout::
     logs/csv/            metrics.csv (Lightning CSVLogger)
     logs/tb/             TensorBoard events
     summary.json         final metrics, wall time, test scores
-    .lock                held by the live ``normzoo train`` (:mod:`normzoo.runlock`)
+    .lock                held by the live ``normzoo train`` (:mod:`normzoo.run.lock`)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
 
 def _contents(run_dir: Path) -> list[Path]:
     """What ``run_dir`` holds besides the lock of the process that is looking."""
-    from normzoo.runlock import LOCK_NAME
+    from normzoo.run.lock import LOCK_NAME
 
     if not run_dir.is_dir():
         return []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import atomic_write_text
+from normzoo.checkpoints.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 
 
@@ -69,8 +69,8 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     run_dir = Path(trainer.default_root_dir)
     summary = _score_test(recipe, task.model, data, run_dir, "")
     if recipe.eval.average_last > 1:
-        from normzoo.checkpointing import step_checkpoints
-        from normzoo.export import average_state
+        from normzoo.checkpoints.rolling import step_checkpoints
+        from normzoo.export.writer import average_state
 
         newest = [path for _, path in step_checkpoints(run_dir / "checkpoints")]
         paths = newest[-recipe.eval.average_last:]
@@ -108,8 +108,8 @@ def log_test_scores(trainer, summary: dict[str, Any]) -> None:
 def _score_test(recipe: Recipe, model, data, run_dir: Path, suffix: str) -> dict[str, Any]:
     """Decode the test split with ``model`` (beam, and greedy beside it), score it and write
     the hypotheses to ``hyps.<split><suffix>.txt``."""
-    from normzoo.evaluate import translate_dataset
-    from normzoo.scoring import score
+    from normzoo.inference.scoring import score
+    from normzoo.inference.translate import translate_dataset
 
     split = recipe.data.test_split
     test = data.dataset("test")

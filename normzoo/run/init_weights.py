@@ -114,7 +114,8 @@ class InitWeights:
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], str, int | None]:
     """The model weights, tokenizer (JSON) and step of a checkpoint or an export folder."""
-    from normzoo.checkpoint_files import (
+    from normzoo.checkpoints.reading import (
+        EXPORT_FILES,
         check_finite,
         checkpoint_parts,
         checkpoint_tokenizer,
@@ -122,8 +123,6 @@ def _read(path: Path) -> tuple[dict[str, torch.Tensor], str, int | None]:
     )
 
     if path.is_dir():
-        from normzoo.checkpoint import EXPORT_FILES
-
         missing = [name for name in EXPORT_FILES if not (path / name).is_file()]
         if missing:
             raise InitError(f"init.from={path} is a folder but not a normzoo export (missing "
@@ -177,7 +176,7 @@ def initial_weights(recipe: Recipe) -> InitWeights | None:
     source = recipe.init.checkpoint
     if not source:
         return None
-    from normzoo.checkpoint_files import CheckpointError
+    from normzoo.checkpoints.reading import CheckpointError
     from normzoo.data.tokenizer import Tokenizer
 
     path = Path(source).expanduser()

@@ -59,7 +59,7 @@ def cpu_supports_bf16() -> bool:
 def training_precision(recipe: Recipe, *, announce: bool = True) -> Recipe:
     """``recipe``, with ``trainer.precision`` set to ``32-true`` where it asks for bf16 on a CPU
     that has no bf16 instructions (saying so on stderr when ``announce``)."""
-    from normzoo.machine import training_device
+    from normzoo.run.machine import training_device
 
     trainer = recipe.trainer
     if trainer.precision not in BF16 or training_device(trainer) != "cpu" or cpu_supports_bf16():

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import remove_stale_temporaries
+from normzoo.checkpoints.atomic import remove_stale_temporaries
 from normzoo.errors import NormzooError
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
@@ -81,7 +81,7 @@ def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path
 
     A checkpoint that cannot be read is skipped for the previous one, and (``announce``) a
     ``warning:`` line says which and why."""
-    from normzoo.checkpointing import newest_checkpoint
+    from normzoo.checkpoints.rolling import newest_checkpoint
 
     if resume != "auto":
         path = Path(resume).expanduser()
@@ -293,7 +293,7 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     ``--resume auto`` is crash recovery: checkpoints after the resumed step are discarded as the
     run redoes them. With an explicit path they are left alone (the user may be branching).
     """
-    from normzoo.checkpoint_files import (
+    from normzoo.checkpoints.reading import (
         checkpoint_parts,
         checkpoint_tokenizer,
         read_checkpoint,
@@ -335,8 +335,8 @@ def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str])
 
 def requeued(run_dir: Path, resume: str | None) -> str | None:
     """``auto`` for a SLURM job restarted after a requeue whose run has a checkpoint."""
-    from normzoo.checkpointing import newest_checkpoint
-    from normzoo.preemption import slurm_restarted
+    from normzoo.checkpoints.rolling import newest_checkpoint
+    from normzoo.run.preemption import slurm_restarted
 
     if resume is None and slurm_restarted() and newest_checkpoint(run_dir / "checkpoints"):
         import typer

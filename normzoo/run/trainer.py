@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import checkpoint_io
+from normzoo.checkpoints.atomic import checkpoint_io
 from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.recipe import Recipe
 from normzoo.tasks import monitored_metric
@@ -175,8 +175,8 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         # One FSDP unit per Transformer layer; each process saves its own shard.
         strategy = FSDPStrategy(auto_wrap_policy={EncoderLayer, DecoderLayer},
                                 state_dict_type="sharded")
-    from normzoo.checkpointing import rolling_checkpoints
-    from normzoo.preemption import preemption_callback
+    from normzoo.checkpoints.rolling import rolling_checkpoints
+    from normzoo.run.preemption import preemption_callback
 
     monitor, mode = monitored_metric(recipe)
     checkpoints = run_dir / "checkpoints"

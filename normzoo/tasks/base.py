@@ -18,11 +18,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from normzoo import __version__, rng
+from normzoo import __version__
 from normzoo.models import assemble
-from normzoo.optim import GROUP_NAMES, build_optimizer
 from normzoo.recipe import Recipe
 from normzoo.residual import admin
+from normzoo.run import rng
+from normzoo.tasks.optim import GROUP_NAMES, build_optimizer
 from normzoo.tasks.terms import LossTerms
 
 
@@ -194,7 +195,7 @@ class NormzooTask(L.LightningModule):
     def configure_optimizers(self):
         """AdamW and its schedule, stepped per update. The scheduler is named ``train``: Lightning's
         LearningRateMonitor logs the rates under that name and the groups' names
-        (:data:`~normzoo.optim.GROUP_NAMES`), ``train/lr`` and ``train/lr_no_decay``."""
+        (:data:`~normzoo.tasks.optim.GROUP_NAMES`), ``train/lr`` and ``train/lr_no_decay``."""
         optimizer, scheduler = build_optimizer(
             self.model, self.recipe.optim, self.recipe.trainer.max_steps
         )

@@ -15,9 +15,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
+from normzoo.data.cache import Prepared
 from normzoo.data.examples import BlockData, ParallelData, SentenceData
 from normzoo.data.prepare import open_prepared, prepare
-from normzoo.data.prepared import Prepared
 from normzoo.data.sources import DataError
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.recipe import Recipe

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from normzoo.data.tokenizer import PAD, Tokenizer
-from normzoo.evaluate import translate_batch
+from normzoo.inference.scoring import score
+from normzoo.inference.translate import translate_batch
 from normzoo.recipe import Recipe
-from normzoo.scoring import score
 from normzoo.tasks.base import NormzooTask
 from normzoo.tasks.terms import LossTerms, token_terms
 

@@ -16,8 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import atomic_write_text
-from normzoo.diagnostics.grid import (  # noqa: F401  (cells' names and overrides: public here too)
+from normzoo.checkpoints.atomic import atomic_write_text
+from normzoo.errors import RuntimeFailure
+from normzoo.recipe.grid import (  # noqa: F401  (cells' names and overrides: public here too)
     cell_name,
     cell_overrides,
     cells,
@@ -26,9 +27,8 @@ from normzoo.diagnostics.grid import (  # noqa: F401  (cells' names and override
     split_values,
     value_name,
 )
-from normzoo.diagnostics.launch import Slurm, run_cells
-from normzoo.diagnostics.seeds import over_seeds
-from normzoo.errors import RuntimeFailure
+from normzoo.sweep.launch import Slurm, run_cells
+from normzoo.sweep.seeds import over_seeds
 
 FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
@@ -61,7 +61,7 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
         return json.loads(record.read_text(encoding="utf-8"))
     (run_dir / FAILED).unlink(missing_ok=True)  # a failure of an earlier try is retried
     from normzoo.errors import NormzooError
-    from normzoo.preemption import Preempted
+    from normzoo.run.preemption import Preempted
 
     try:
         return _train_cell(recipe_path, base_overrides, cell, run_dir, steps, diagnose)
@@ -79,10 +79,10 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
 def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
                 run_dir: Path, steps: int | None, diagnose: bool) -> dict[str, Any]:
     from normzoo import recipe as recipes
-    from normzoo.checkpointing import newest_checkpoint
+    from normzoo.checkpoints.rolling import newest_checkpoint
     from normzoo.diagnostics.callbacks import DivergenceError
+    from normzoo.run.training import run
     from normzoo.tasks import monitored_metric
-    from normzoo.train import run
 
     name, record = run_dir.name, run_dir / "cell.json"
     overrides = [*base_overrides, *cell_overrides(cell), f"run.dir={run_dir}"]
@@ -133,7 +133,7 @@ def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> Non
 def plot(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
     """``loss_curves.png`` and ``stability_map.png`` (drawn by :mod:`.sweep_plots`, imported
     here and not at the top: it reads this module's names, and matplotlib is slow to import)."""
-    from normzoo.diagnostics import sweep_plots
+    from normzoo.sweep import plots as sweep_plots
 
     sweep_plots.plot(rows, keys, out)
 
@@ -145,12 +145,13 @@ def sweep(recipe_path: Path, settings: list[str], overrides: list[str], out: Pat
     are rewritten as each cell finishes, with every finished cell of the grid, so a sweep in
     progress can be read (and committed). ``jobs`` cells run at once (:mod:`.launch`)."""
     from normzoo import recipe as recipes
+    from normzoo.run.machine import check_machine
 
     grid = parse_grid(settings)
     keys = [k for k, _ in grid]
     all_cells = cells(grid)
     for cell in all_cells:  # validate every cell (on this machine) before training any of them
-        recipes.load(recipe_path, [*overrides, *cell_overrides(cell)], machine=True)
+        check_machine(recipes.load(recipe_path, [*overrides, *cell_overrides(cell)]))
     out.mkdir(parents=True, exist_ok=True)
     work = functools.partial(_cell_work, recipe_path=recipe_path, overrides=overrides, out=out,
                              steps=steps, diagnose=diagnose)

@@ -10,7 +10,7 @@ import torch
 from normzoo.data.batching import token_budget_batches
 from normzoo.data.examples import ParallelData
 from normzoo.data.tokenizer import Tokenizer
-from normzoo.decoding import beam_search, greedy
+from normzoo.inference.decoding import beam_search, greedy
 from normzoo.models.families import Seq2SeqModel
 from normzoo.recipe import EvalConfig
 from normzoo.tasks.terms import token_terms

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
-from normzoo.hf.plain import NotMappable, PlainModel
+from normzoo.export.hf.plain import NotMappable, PlainModel
 from normzoo.models.config import ModelConfig
 
 Weights = dict[str, torch.Tensor]

@@ -13,7 +13,7 @@ Everything else a scheme adds (Admin's per-channel ω, ResiDual's second stream,
 after the branch, no norms at all) has no counterpart there and is refused with the reason.
 
 The result, :class:`PlainModel`, holds the weights under architecture-neutral names
-(``encoder.3.self.q.weight``); :mod:`normzoo.hf.architectures` renames them for each target.
+(``encoder.3.self.q.weight``); :mod:`normzoo.export.hf.architectures` renames them for each target.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """``normzoo export --format hf``: a directory that ``transformers`` loads with its Auto classes.
 
-The model is read as a plain Post-LN or Pre-LN model (:mod:`normzoo.hf.plain`, folding what
-folds), renamed onto the ``transformers`` architecture with the same layers
-(:mod:`normzoo.hf.architectures`), and written with ``save_pretrained`` beside a fast tokenizer,
-a generation config and a model card. Before the directory is published the export loads it back
-through the Auto class, as a user would, and compares its logits with normzoo's on a probe batch:
-a difference above :data:`TOLERANCE` is refused rather than shipped.
+The model is read as a plain Post-LN or Pre-LN model (:mod:`normzoo.export.hf.plain`, folding
+what folds), renamed onto the ``transformers`` architecture with the same layers
+(:mod:`normzoo.export.hf.architectures`), and written with ``save_pretrained`` beside a fast
+tokenizer, a generation config and a model card. Before the directory is published the export
+loads it back through the Auto class, as a user would, and compares its logits with normzoo's on
+a probe batch: a difference above :data:`TOLERANCE` is refused rather than shipped.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD, SPECIALS
 from normzoo.errors import NormzooError
-from normzoo.hf.architectures import Target, target_for
-from normzoo.hf.plain import NotMappable, PlainModel, plain_model
+from normzoo.export.hf.architectures import Target, target_for
+from normzoo.export.hf.plain import NotMappable, PlainModel, plain_model
 
 # Largest |logit difference| an export may have; fp32 rounding gives ~1e-5 on trained models.
 TOLERANCE = 1e-3
@@ -75,7 +75,7 @@ def _generation_config(loaded: Any, family: str) -> Any:
 
     from transformers import GenerationConfig
 
-    from normzoo.checkpoint import Loaded
+    from normzoo.inference.model import Loaded
 
     settings: dict[str, Any] = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD,
                                 "suppress_tokens": [PAD, BOS]}
@@ -109,7 +109,7 @@ class LengthRule:
     """
 
     def __init__(self, generation_config: Any, input_ids: torch.Tensor) -> None:
-        from normzoo.decoding import max_target_lengths
+        from normzoo.inference.decoding import max_target_lengths
 
         config = generation_config
         self.limits = max_target_lengths(input_ids, config.max_len_a, config.max_len_b,

@@ -1,7 +1,7 @@
 """What this machine can run: a model's training state against its memory, and CPU processes
 against its cores, found from the recipe without allocating anything.
 
-``train``, ``sweep`` and ``recipe validate`` (through ``recipe.load(..., machine=True)``) and
+``train``, ``sweep`` and ``recipe validate`` (:func:`check_machine` after ``recipe.load``) and
 ``diagnose`` ask, so that a size the machine cannot hold is refused before anything is written.
 Kept out of the schema: whether a recipe is valid does not depend on where it is read.
 """

@@ -6,9 +6,9 @@ Layout (``--format normzoo``, the default)::
     config.json         the resolved recipe and the vocabulary size
     tokenizer.json      the tokenizer
     metadata.json       normzoo version, plugins (name, distribution, version), provenance
-    README.md           the model card (:mod:`normzoo.card`)
+    README.md           the model card (:mod:`normzoo.export.card`)
 
-``--format hf`` writes what ``transformers``' Auto classes load instead (:mod:`normzoo.hf`).
+``--format hf`` writes what ``transformers``' Auto classes load instead (:mod:`normzoo.export.hf`).
 
 ``--average N`` averages the parameters of the N most recent checkpoints of the run first, as
 fairseq's ``average_checkpoints.py`` does. Either format is written whole or not at all.
@@ -26,16 +26,17 @@ from typing import Any
 import torch
 
 from normzoo import __version__
-from normzoo.atomic import fsync_directory, os_reason
-from normzoo.checkpoint import EXPORT_FILES, load_checkpoint
-from normzoo.checkpoint_files import (
+from normzoo.checkpoints.atomic import fsync_directory, os_reason
+from normzoo.checkpoints.load import load_checkpoint
+from normzoo.checkpoints.reading import (
+    EXPORT_FILES,
     CheckpointError,
     check_finite,
     checkpoint_parts,
-    load_state,
     read_checkpoint,
 )
-from normzoo.checkpointing import checkpoint_step, step_checkpoints
+from normzoo.checkpoints.rebuild import load_state
+from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
 from normzoo.errors import RuntimeFailure
 
 
@@ -147,14 +148,14 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1,
            fmt: str = "normzoo") -> Any:
     """Write an export of ``checkpoint`` to ``out``: complete, or not there at all.
 
-    ``fmt`` is ``normzoo`` (returns ``out``) or ``hf`` (returns :class:`normzoo.hf.HFExport`,
+    ``fmt`` is ``normzoo`` (returns ``out``) or ``hf`` (returns :class:`normzoo.export.hf.HFExport`,
     which says what was exported and how far its logits are from normzoo's). The files are
     written into a hidden folder beside ``out``, flushed, and the folder renamed to ``out``; an
     unwritable or full disk removes it and raises :class:`RuntimeFailure`.
     """
     from safetensors import SafetensorError
 
-    from normzoo.card import model_card
+    from normzoo.export.card import model_card
 
     if fmt not in FORMATS:
         raise CheckpointError(f"unknown export format {fmt!r}; choose one of "
@@ -175,7 +176,7 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1,
     try:
         result: Any = out
         if fmt == "hf":
-            from normzoo import hf
+            from normzoo.export import hf
 
             result = hf.write(loaded, staging)
         else:

@@ -99,7 +99,7 @@ def builtin_doc_line(target: Any) -> str | None:
     if not isinstance(target, str) or not target.startswith(BUILTIN + "."):
         return None
     module, _, attr = target.partition(":")
-    package = Path(__file__).parent  # normzoo/, found without importing the entry's package
+    package = Path(__file__).parent.parent  # normzoo/, found without importing the entry's
     path = package.joinpath(*module.split(".")[1:]).with_suffix(".py")
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -34,7 +34,7 @@ from typing import Any
 from submitit import JobEnvironment
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from normzoo.preemption import Preempted
+from normzoo.run.preemption import Preempted
 
 Cell = dict[str, str]
 # A job's limit: a week. submitit's local default (5 minutes) would kill any real cell.

@@ -7,7 +7,7 @@ reported by ``normzoo list`` and becomes an error only when a recipe names it. T
 registering one name is an error that names both, except where a checkpoint recorded which one
 built it (:func:`pinned`). normzoo's own names are reserved: a plugin registering one is that
 plugin's conflict (``normzoo list`` shows it), and the built-in keeps working. What one entry
-is (its provenance, its conflict, its description) is :mod:`normzoo.registry_entry`.
+is (its provenance, its conflict, its description) is :mod:`normzoo.registry.entry`.
 
 This module imports neither torch nor Lightning, so ``normzoo list`` and ``--help`` stay fast.
 """
@@ -23,8 +23,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from normzoo.errors import RegistryError
-from normzoo.options import close_match
-from normzoo.registry_entry import (
+from normzoo.registry.entry import (
     BUILTIN,
     Entry,
     PluginInfo,
@@ -33,8 +32,9 @@ from normzoo.registry_entry import (
     normalize_distribution,
     same_distribution,
 )
+from normzoo.registry.options import close_match
 
-# What is recorded and shown about one entry lives in normzoo.registry_entry; callers import it
+# What is recorded and shown about one entry lives in normzoo.registry.entry; callers import it
 # from here, with the rest of the registry.
 __all__ = [
     "BUILTIN",

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from normzoo.atomic import atomic_write_text
+from normzoo.checkpoints.atomic import atomic_write_text
 from normzoo.data import chunks
-from normzoo.data.prepared import cache_root, ensure_folder
+from normzoo.data.cache import cache_root, ensure_folder
 from normzoo.data.tokenizer import Tokenizer, cache_failure, train_tokenizer
 from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.recipe import Recipe

@@ -82,7 +82,7 @@ def requeue() -> str:
 def preemption_callback(rolling: Any, slurm_requeue: bool = True) -> Any:
     """The Lightning callback that turns a stop signal into a checkpoint at a clean step.
 
-    ``rolling`` is the run's :func:`~normzoo.checkpointing.rolling_checkpoints` callback: when
+    ``rolling`` is the run's :func:`~normzoo.checkpoints.rolling.rolling_checkpoints` callback: when
     the stop comes right after a validation, the checkpoint it wrote there is the one to keep
     (Lightning resumes exactly from a validation-end state, not from one saved after it).
     """

@@ -59,8 +59,8 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
     order) on their test translations; references from the baselines' recipe data
     (``data_dir`` re-points a ``files`` corpus)."""
     from normzoo.data.sources import load_parallel
+    from normzoo.inference.scoring import paired_bootstrap
     from normzoo.recipe import from_dict
-    from normzoo.scoring import paired_bootstrap
 
     if len(baselines) != len(systems) or not baselines:
         raise CompareError(f"{len(baselines)} baseline and {len(systems)} system runs: give "

@@ -117,7 +117,7 @@ def _hf_section(hf: Any) -> list[str]:
                   "A translation that ends with `</s>` before its limit is the same either way; "
                   "for normzoo's limits exactly, pass `logits_processor=[LengthRule("
                   "model.generation_config, inputs[\"input_ids\"])]` "
-                  "(`from normzoo.hf import LengthRule`)."]
+                  "(`from normzoo.export.hf import LengthRule`)."]
     if hf.architecture == "MarianMTModel":
         lines += ["", "The position table is normzoo's and is stored in `model.safetensors`; "
                   "Marian's `save_pretrained` leaves it out (it recomputes its own sinusoids), "
@@ -127,7 +127,7 @@ def _hf_section(hf: Any) -> list[str]:
 
 def model_card(loaded: Any, sources: list[Path], hf: Any | None = None) -> str:
     """The ``README.md`` of an export of ``sources`` (one checkpoint, or those averaged)."""
-    from normzoo.checkpointing import checkpoint_step
+    from normzoo.checkpoints.rolling import checkpoint_step
 
     recipe, model = loaded.recipe, loaded.model
     config = recipe.model

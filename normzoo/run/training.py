@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from normzoo.atomic import atomic_write_text
-from normzoo.preemption import Preempted
+from normzoo.checkpoints.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import resolve_paths
 from normzoo.run.console import header, quiet_libraries
@@ -24,6 +23,7 @@ from normzoo.run.directory import (
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.history import resume_history
 from normzoo.run.init_weights import initial_weights
+from normzoo.run.preemption import Preempted
 from normzoo.run.resume import (
     prepare_resume,
     refuse_missing_run,
@@ -55,12 +55,12 @@ def run(
     are stored resolved (:mod:`normzoo.recipe.paths`); ``overrides`` (the command's) are
     repeated in the command that resumes a pre-empted run.
 
-    Rank 0 holds the run directory's lock throughout (:mod:`normzoo.runlock`): a second process
+    Rank 0 holds the run directory's lock throughout (:mod:`normzoo.run.lock`): a second process
     on a live run is refused before it reads or deletes anything. A SLURM job requeued after
     pre-emption runs the same command again and resumes by itself, as Lightning's does.
     """
+    from normzoo.run.lock import RunLock
     from normzoo.run.precision import training_precision
-    from normzoo.runlock import RunLock
 
     rank = global_rank()
     recipe = resolve_paths(training_precision(recipe, announce=rank == 0))

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter
 
-from normzoo.atomic import save_figure
-from normzoo.diagnostics.grid import label
+from normzoo.checkpoints.atomic import save_figure
+from normzoo.recipe.grid import label
 from normzoo.run.history import read_metrics
 
 TRAIN_LOSS = "train/loss"  # already the token mean over each logging interval (tasks/base.py)

@@ -1,0 +1,8 @@
+"""Using a trained model: decoding, whole-split translation, and scoring.
+
+* :mod:`~normzoo.inference.model` — :class:`Loaded`, what ``normzoo.load`` hands back.
+* :mod:`~normzoo.inference.device` — the device a user names, checked against this machine.
+* :mod:`~normzoo.inference.decoding` — greedy and beam search, sampling, with the KV cache.
+* :mod:`~normzoo.inference.translate` — a whole split translated in token-budget batches.
+* :mod:`~normzoo.inference.scoring` — BLEU and chrF with sacreBLEU; the paired bootstrap.
+"""

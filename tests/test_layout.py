@@ -1,0 +1,212 @@
+"""The package's layout as a newcomer meets it: a top level of packages named by job, no
+import cycle, no two modules named alike, a checkpoint loaded in one pass downward, and the old
+import paths still working (with a warning) for one release."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import normzoo
+from normzoo.moved import MOVED
+
+ROOT = Path(normzoo.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def test_the_top_level_holds_packages_and_at_most_three_modules_beside_init():
+    loose = sorted(path.name for path in ROOT.glob("*.py") if path.name != "__init__.py")
+    assert len(loose) <= 3, loose
+    assert set(loose) <= {"__main__.py", "errors.py", "moved.py"}, loose
+
+
+def test_no_two_modules_of_a_package_differ_only_by_a_suffix():
+    """``checkpoint``, ``checkpoint_files`` and ``checkpointing`` side by side made a reader
+    open all three to find one job; within a package no name may extend another."""
+    clashes = []
+    for folder in {path.parent for path in ROOT.rglob("*.py")}:
+        stems = sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("__"))
+        stems += sorted(p.name for p in folder.iterdir()
+                        if p.is_dir() and (p / "__init__.py").is_file())
+        clashes += [(str(folder.relative_to(ROOT)), a, b)
+                    for a in stems for b in stems if a != b and b.startswith(a)]
+    assert clashes == []
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The normzoo modules ``path`` imports, at module level or inside functions, each
+    ``from X import y`` counted as ``X.y`` where that is a module and as ``X`` otherwise."""
+    found = set()
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {name for name in found if name in MODULES and name != here}
+
+
+def test_no_import_cycle():
+    graph = {name: imported_modules(path) for name, path in MODULES.items()}
+    done: set[str] = set()
+    cycles = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycles.append([*trail[trail.index(name):], name])
+            return
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert cycles == []
+
+
+def test_the_cycle_check_sees_the_imports_that_made_the_old_cycles():
+    """Not vacuous: the imports are read, function-level ones too; the two cycles this layout
+    removed were machine -> recipe -> loading -> machine and config <-> resolve."""
+    graph = {name: imported_modules(path) for name, path in MODULES.items()}
+    assert "normzoo.recipe" in graph["normzoo.run.machine"]
+    assert "normzoo.run.machine" not in graph["normzoo.recipe.loading"]
+    assert "normzoo.models.component" in graph["normzoo.models.resolve"]
+    assert "normzoo.models.resolve" in graph["normzoo.models.config"]
+    assert "normzoo.models.config" not in graph["normzoo.models.resolve"]
+    assert "normzoo.checkpoints.reading" in graph["normzoo.checkpoints.load"]
+
+
+def test_loading_a_checkpoint_enters_each_module_once_on_its_way_down(tiny_checkpoint: Path):
+    """``normzoo evaluate`` loads through :func:`normzoo.checkpoints.load.load`: it reads and
+    checks the file, checks the plugins, rebuilds the model and hands back a ``Loaded``, each
+    module entered once, and no module calls back into one that called it."""
+    from normzoo.checkpoints.load import load
+
+    entries: list[tuple[str, str]] = []  # (caller module, callee module), across modules
+    back_up: list[str] = []
+
+    def module_of(frame) -> str:
+        return frame.f_globals.get("__name__", "")
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        callee = module_of(frame)
+        if not callee.startswith("normzoo."):
+            return
+        stack, outer = [], frame.f_back
+        while outer is not None:
+            name = module_of(outer)
+            if name.startswith("normzoo.") and (not stack or stack[-1] != name):
+                stack.append(name)
+            outer = outer.f_back
+        caller = stack[0] if stack else "test"
+        if caller != callee:
+            entries.append((caller, callee))
+            if callee in stack[1:] and callee.startswith(("normzoo.checkpoints",
+                                                           "normzoo.inference")):
+                back_up.append(f"{caller} -> {callee} (on the stack: {stack})")
+
+    sys.setprofile(profile)
+    try:
+        loaded = load(tiny_checkpoint)
+    finally:
+        sys.setprofile(None)
+    assert loaded.model is not None and not loaded.model.training
+    assert back_up == []
+    from_load = [callee for caller, callee in entries if caller == "normzoo.checkpoints.load"]
+    ours = [callee for callee in from_load if callee.startswith("normzoo.checkpoints")]
+    assert ours == ["normzoo.checkpoints.reading", "normzoo.checkpoints.plugins",
+                    "normzoo.checkpoints.rebuild"]
+    for module in ours:  # entered from load only, and once
+        assert [caller for caller, callee in entries if callee == module] == [
+            "normzoo.checkpoints.load"], module
+
+
+# Names plugins and scripts imported from the 0.1 layout, each with where it lives now.
+OLD_NAMES = [
+    ("normzoo.registry_entry", "PluginInfo", "normzoo.registry.entry"),
+    ("normzoo.options", "validate_options", "normzoo.registry.options"),
+    ("normzoo.checkpoint", "load", "normzoo.checkpoints.load"),
+    ("normzoo.checkpoint", "load_checkpoint", "normzoo.checkpoints.load"),
+    ("normzoo.checkpoint", "Loaded", "normzoo.inference.model"),
+    ("normzoo.checkpoint", "inference_device", "normzoo.inference.device"),
+    ("normzoo.checkpoint", "EXPORT_FILES", "normzoo.checkpoints.reading"),
+    ("normzoo.checkpoint_files", "CheckpointError", "normzoo.checkpoints.reading"),
+    ("normzoo.checkpoint_files", "check_plugins", "normzoo.checkpoints.plugins"),
+    ("normzoo.checkpoint_files", "load_state", "normzoo.checkpoints.rebuild"),
+    ("normzoo.checkpointing", "newest_checkpoint", "normzoo.checkpoints.rolling"),
+    ("normzoo.atomic", "atomic_write_text", "normzoo.checkpoints.atomic"),
+    ("normzoo.decoding", "beam_search", "normzoo.inference.decoding"),
+    ("normzoo.evaluate", "translate_dataset", "normzoo.inference.translate"),
+    ("normzoo.scoring", "score", "normzoo.inference.scoring"),
+    ("normzoo.card", "model_card", "normzoo.export.card"),
+    ("normzoo.hf", "LengthRule", "normzoo.export.hf"),
+    ("normzoo.hf.plain", "plain_model", "normzoo.export.hf.plain"),
+    ("normzoo.train", "run", "normzoo.run.training"),
+    ("normzoo.runlock", "RunLock", "normzoo.run.lock"),
+    ("normzoo.preemption", "Preempted", "normzoo.run.preemption"),
+    ("normzoo.rng", "capture", "normzoo.run.rng"),
+    ("normzoo.machine", "check_machine", "normzoo.run.machine"),
+    ("normzoo.optim", "lr_factor", "normzoo.tasks.optim"),
+    ("normzoo.diagnostics.sweep", "sweep", "normzoo.sweep.runner"),
+    ("normzoo.diagnostics.launch", "run_cells", "normzoo.sweep.launch"),
+    ("normzoo.diagnostics.compare", "compare_runs", "normzoo.sweep.compare"),
+    ("normzoo.diagnostics.grid", "parse_grid", "normzoo.recipe.grid"),
+    ("normzoo.data.prepared", None, "normzoo.data.cache"),
+    ("normzoo.data.prepare_tokenizer", "recipe_tokenizer", "normzoo.data.train_tokenizer"),
+]
+
+
+def test_every_moved_path_has_a_name_checked():
+    assert {old for old, _, _ in OLD_NAMES} | {"normzoo.hf.architectures",
+                                               "normzoo.diagnostics.sweep_plots",
+                                               "normzoo.diagnostics.seeds"} == set(MOVED)
+
+
+@pytest.mark.parametrize(("old", "name", "new"), OLD_NAMES)
+def test_an_old_import_path_works_and_warns(old: str, name: str | None, new: str,
+                                            monkeypatch: pytest.MonkeyPatch):
+    for key in [key for key in sys.modules if key == old or key.startswith(old + ".")]:
+        monkeypatch.delitem(sys.modules, key)
+    moved = rf"{old} has (moved to|been split: its names are in) .*{new}"
+    with pytest.warns(DeprecationWarning, match=moved) as caught:
+        module = importlib.import_module(old)
+    assert caught[0].filename == __file__  # the warning points at the importing line
+    target = importlib.import_module(new)
+    if name is None:  # every public name of the new module
+        names = [n for n in vars(target) if not n.startswith("_")]
+        assert names and all(getattr(module, n) is getattr(target, n) for n in names)
+    else:
+        assert getattr(module, name) is getattr(target, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        importlib.import_module(old)  # imported once, warned once
+
+
+def test_an_old_path_says_what_it_lacks(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delitem(sys.modules, "normzoo.scoring", raising=False)
+    with pytest.warns(DeprecationWarning):
+        module = importlib.import_module("normzoo.scoring")
+    with pytest.raises(AttributeError, match=r"moved to normzoo\.inference\.scoring"):
+        module.no_such_name  # noqa: B018
