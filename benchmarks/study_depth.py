@@ -3,17 +3,19 @@
     python benchmarks/study_depth.py [SWEEPS]      # default SWEEPS: runs/study-papers
     python benchmarks/study_depth.py --render-only
 
-The study runs the papers' protocol (``recipes/studies/multi30k_papers.yaml``) in three sweeps,
-``ceiling``, ``stability`` and ``nowarmup`` (the commands are in COMMANDS). **Collect** copies
+The study runs the papers' protocol (``recipes/studies/multi30k_papers.yaml``) in three tiers,
+``ceiling``, ``stability`` and ``nowarmup``, each as two sweeps that ``benchmarks/study_depth.sh``
+runs one per core (the commands are in COMMANDS). **Collect** copies
 each cell's files, test translations included, into ``docs/study-depth/data/``
 (``study_files.py``); **render** writes the report from those files alone, so every number in it
 is in the repository. Cells not yet run show as pending.
 
 Every verdict follows the rule printed beside it. A difference between two settings is *shown*
 only where it is significant by paired bootstrap resampling on their test translations
-(sacreBLEU's implementation, ``normzoo.scoring.paired_bootstrap``; several seeds are pooled,
-paired seed by seed) at p < 0.05 *and* larger than the seeds' spread (the larger standard
-deviation over seeds of the two settings; for settings with one seed, that of the 6+6 seeds).
+(sacreBLEU's implementation, ``normzoo.inference.scoring.paired_bootstrap``; several seeds are
+pooled, paired seed by seed) at p < 0.05 *and* larger than the seeds' spread (the larger
+standard deviation over seeds of the two settings; for settings with one seed, that of the 6+6
+seeds).
 """
 
 from __future__ import annotations
@@ -47,21 +49,27 @@ SCHEMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm",
            "admin": "Admin (profiled)", "resi_dual": "ResiDual", "subln": "Sub-LN"}
 _SWEEP = f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k"
 _DEEP = "model.encoder_layers=18 model.decoder_layers=18"
-COMMANDS = {
-    "ceiling": f"{_SWEEP} --set seed=1,2,3 --set model.residual=post,pre "
-               "--out runs/study-papers/ceiling",
-    "stability": f"{_SWEEP} {_DEEP} trainer.max_steps=4500 --set 'model.residual=post,pre,"
-                 "deepnorm,{name: admin, init: profiled},resi_dual,subln' --diagnose "
-                 "--out runs/study-papers/stability",
-    "nowarmup": f"{_SWEEP} {_DEEP} optim.warmup_steps=0 trainer.max_steps=1500 "
-                "--set model.residual=post,pre --diagnose --out runs/study-papers/nowarmup",
-}
+_STABLE = f"{_DEEP} trainer.max_steps=4500"
+_NOWARMUP = f"{_DEEP} optim.warmup_steps=0 trainer.max_steps=1500"
+# Each tier runs as two sweeps, one per core: benchmarks/study_depth.sh runs the even ones in
+# slot A and the odd ones in slot B, side by side. (tier, folder under runs/study-papers, args).
+SWEEPS = [
+    ("ceiling", "ceiling-post", "--set seed=1,2,3 --set model.residual=post"),
+    ("ceiling", "ceiling-pre", "--set seed=1,2,3 --set model.residual=pre"),
+    ("stability", "stability-a", f"{_STABLE} --set 'model.residual=post,pre,deepnorm' --diagnose"),
+    ("stability", "stability-b", f"{_STABLE} --set 'model.residual={{name: admin, init: profiled}},"
+                                 "resi_dual,subln' --diagnose"),
+    ("nowarmup", "nowarmup-post", f"{_NOWARMUP} --set model.residual=post --diagnose"),
+    ("nowarmup", "nowarmup-pre", f"{_NOWARMUP} --set model.residual=pre --diagnose"),
+]
+COMMANDS = [f"{_SWEEP} {args} --out runs/study-papers/{folder}" for _, folder, args in SWEEPS]
 ALPHA = 0.05
 # Cells whose processes were suspended (SIGSTOP/SIGCONT) while they trained, so that a benchmark
-# and the test suite had the cores to themselves; the minutes are left out of their training
-# time (ThroughputMonitor's clock runs on through a suspension). 2026-11-25, 09:56:45-10:17:24
-# and 10:31:02-10:46:00.
-PAUSED_MIN = {"ceiling/seed-1_residual-post": 35.7, "stability/residual-post": 35.7}
+# and the test suite had the cores to themselves, as {"tier/cell": minutes}; the minutes are left
+# out of their training time (ThroughputMonitor's clock runs on through a suspension). None in
+# the current run: the cells that had been suspended were lost with their machine on
+# 2026-11-25 and restarted from scratch at 14:24 UTC.
+PAUSED_MIN: dict[str, float] = {}
 STUDY_COMMIT = "2a99efa"  # the sweeps run from a clone at this commit, so code changes cannot
 # touch a running study
 
@@ -185,7 +193,7 @@ def _bootstrap(pairs: list[tuple[Cell, Cell]], references: list[str] | None) -> 
     """The paired bootstrap p-value of the pooled translations (seed with seed)."""
     if references is None:
         return None
-    from normzoo.scoring import paired_bootstrap
+    from normzoo.inference.scoring import paired_bootstrap
 
     system, baseline = [], []
     for ours, theirs in pairs:
@@ -404,7 +412,7 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "past the warm-up's peak, where the papers' deep Post-LN diverges);",
         "- **nowarmup**: Post-LN and Pre-LN 18+18 at a constant 5e-4 from the first update, "
         "1,500 updates.", "",
-        *[f"```bash\n{command}\n```\n" for command in COMMANDS.values()],
+        *[f"```bash\n{command}\n```\n" for command in COMMANDS],
         f"The sweeps run from a clone at commit `{STUDY_COMMIT}`, and are resumable: re-running "
         "a command finishes its interrupted cell from the last checkpoint and skips the "
         "finished ones. "
@@ -449,14 +457,21 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweeps", nargs="?", type=Path, default=ROOT / "runs" / "study-papers")
+    parser.add_argument("--commands", choices=("a", "b"),
+                        help="print slot A's or slot B's sweep commands, one a line, in order "
+                        "(benchmarks/study_depth.sh runs them) and exit")
     parser.add_argument("--render-only", action="store_true",
                         help="render from docs/study-depth/data without reading the runs")
     parser.add_argument("--references", type=Path, default=REFERENCES,
                         help="test2016 references (default: ../shared/data/multi30k)")
     args = parser.parse_args(argv)
+    if args.commands:
+        print("\n".join(COMMANDS["ab".index(args.commands)::2]))
+        return 0
     if not args.render_only:
-        for tier in TIERS:
-            copy_cells(args.sweeps / tier, DATA / tier, translations=True, extra=("recipe.yaml",))
+        for tier, folder, _ in SWEEPS:
+            copy_cells(args.sweeps / folder, DATA / tier, translations=True,
+                       extra=("recipe.yaml",))
     cells = load_cells()
     references = (args.references.read_text(encoding="utf-8").removesuffix("\n").split("\n")
                   if args.references.is_file() else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -31,12 +32,21 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def _sweep_folder(tier: str, scheme: str) -> str:
+    """The sweep that runs ``scheme`` in ``tier``, by its ``--set model.residual=...`` list."""
+    for sweep_tier, folder, args in study_depth.SWEEPS:
+        schemes = args.split("model.residual=")[1]
+        if sweep_tier == tier and re.search(rf"(?<![\w]){scheme}(?![\w])", schemes):
+            return folder
+    raise AssertionError(f"no sweep runs {scheme} in {tier}")
+
+
 def _cell(root: Path, tier: str, scheme: str, seed: str, bleu: float, hyps: list[str],
           times: tuple[float, ...] = (60.0, 120.0), stopped: str = "step cap") -> None:
     """A finished cell as the sweep leaves it."""
     residual = "{name: admin, init: profiled}" if scheme == "admin" else scheme
     name = f"seed-{seed}_residual-{scheme}" if tier == "ceiling" else f"residual-{scheme}"
-    folder = root / tier / name
+    folder = root / _sweep_folder(tier, scheme) / name
     (folder / "logs" / "csv").mkdir(parents=True)
     record = {"cell": name, "model.residual": residual, "status": "ok", "diverged_at_step": "",
               "steps": 4500, "stopped": stopped, "test_bleu": bleu}
@@ -188,3 +198,17 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
     # 240 s before the kill + 250 s after = 8.2 min
     assert "| Post-LN | 1 | bf16-mixed | 4500 | step cap (resumed 1x) |" in text
     assert "| 0.50 | 1.00 | -0.50 | 8.2 |" in text
+
+
+def test_the_two_slots_run_every_sweep_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """study_depth.sh runs what ``--commands a`` and ``--commands b`` print: together, every
+    sweep of every tier, each once, and each slot one sweep of every tier."""
+    printed = []
+    for slot in "ab":
+        assert study_depth.main(["--commands", slot]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert sorted(study_depth.SWEEPS[i][0] for i in range("ab".index(slot), 6, 2)) == \
+            sorted({t for t, _, _ in study_depth.SWEEPS}) and len(lines) == 3
+        printed += lines
+    assert sorted(printed) == sorted(study_depth.COMMANDS)
+    assert all(line.startswith("OMP_NUM_THREADS=1 normzoo sweep ") for line in printed)
