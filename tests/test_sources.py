@@ -116,6 +116,18 @@ def test_text_files(tmp_path: Path):
     assert load_text(files(tmp_path), "train", limit=1) == lines[:1]
 
 
+def test_a_text_split_may_name_its_file(tmp_path: Path):
+    """A language model reads one side of a parallel corpus as it lies (``train_split:
+    train.de``); a ``{split}.txt`` beside it still wins, and a missing file names the .txt."""
+    (tmp_path / "train.de").write_text("eins\nzwei\n", encoding="utf-8")
+    assert load_text(files(tmp_path), "train.de") == ["eins", "zwei"]
+    (tmp_path / "train.de.txt").write_text("drei\n", encoding="utf-8")
+    assert load_text(files(tmp_path), "train.de") == ["drei"]
+    with pytest.raises(DataError, match="not found") as info:
+        load_text(files(tmp_path), "val.de")
+    assert str(tmp_path / "val.de.txt") in str(info.value)
+
+
 def test_files_written_by_the_builtin_corpus(tmp_path: Path):
     builtin.write_split(tmp_path, "valid", "en", "xx", size=20)
     src, tgt = load_parallel(files(tmp_path), "valid")

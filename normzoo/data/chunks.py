@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from normzoo.data.sources import DataError, _builtin_pairs, _hub_split
+from normzoo.data.sources import DataError, _builtin_pairs, _hub_split, text_file
 
 if TYPE_CHECKING:
     from normzoo.recipe import DataConfig
@@ -62,7 +62,7 @@ def _files(data: DataConfig, split: str, task: str) -> list[Path]:
     folder = Path(data.dir)
     if task == "translation":
         return [folder / f"{split}.{data.src_lang}", folder / f"{split}.{data.tgt_lang}"]
-    return [folder / f"{split}.txt"]
+    return [text_file(folder, split)]
 
 
 def _take(chunks: Iterator, limit: int | None) -> Iterator:

@@ -117,12 +117,21 @@ def load_parallel(data: DataConfig, split: str, limit: int | None = None):
     return [p[data.src_lang] for p in pairs], [p[data.tgt_lang] for p in pairs]
 
 
+def text_file(directory: Path, split: str) -> Path:
+    """The file of a language-modelling split in ``directory``: ``{split}.txt``, or the file
+    named ``split`` itself where there is no such ``.txt`` (``train.de`` takes one side of a
+    parallel corpus, as ``../shared/data/multi30k`` holds it)."""
+    txt = directory / f"{split}.txt"
+    named = directory / split
+    return named if not txt.exists() and named.is_file() else txt
+
+
 def load_text(data: DataConfig, split: str, limit: int | None = None) -> list[str]:
     """Monolingual lines of ``split`` for masked or causal language modelling."""
     if data.source == "builtin":
         return [s for s, _ in _builtin_pairs(split, limit)]
     if data.source == "files":
-        return _limit(read_lines(Path(data.dir) / f"{split}.txt"), limit)
+        return _limit(read_lines(text_file(Path(data.dir), split)), limit)
     rows = _hub_split(data, split)
     if data.text_field not in rows.column_names:
         raise DataError(f"dataset '{data.path}' has no '{data.text_field}' column: "
