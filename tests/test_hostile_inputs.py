@@ -240,7 +240,7 @@ CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vo
                "model.pad_id", "model.encoder_layers", "model.decoder_layers", "optim.lr",
                "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming",
                "data.max_len", "data.max_tokens", "eval.average_last",
-               "trainer.keep_checkpoints"}
+               "trainer.keep_checkpoints", "model.kv_heads", "model.positions"}
 SAFE_TEXT = st.text(string.ascii_letters + string.digits + "_-/", min_size=1, max_size=12).filter(
     lambda s: s.lower() not in {"null", "~", "true", "false"})
 SPECIAL_VALID = {
@@ -428,6 +428,11 @@ def valid_changes(draw: st.DrawFn) -> dict[str, Any]:
         heads = draw(st.integers(1, 16))
         changes["model.heads"] = heads
         changes["model.d_model"] = heads * draw(st.integers(1, 256))
+        divisors = [k for k in range(1, heads + 1) if heads % k == 0]
+        changes["model.kv_heads"] = draw(st.sampled_from([None, *divisors]))
+        even = changes["model.d_model"] // heads % 2 == 0  # rope rotates channel pairs
+        changes["model.positions"] = draw(st.sampled_from(
+            ["sinusoidal", "learned", *(["rope"] if even else [])]))
     if draw(st.booleans()):
         lr = draw(st.floats(1e-8, 1.0))
         changes["optim.lr"] = lr

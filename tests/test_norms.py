@@ -383,7 +383,7 @@ def test_every_problem_is_reported_at_once():
 def test_good_options_are_coerced():
     options = validate_options(norms.get("layernorm"), {"eps": "1e-3", "affine": "false"},
                                skip=1, where="model.norm")
-    assert options == {"eps": 1e-3, "affine": False}
+    assert options == {"eps": 1e-3, "affine": False, "bias": True}
     assert make("layernorm", eps=1e-3).eps == 1e-3
 
 

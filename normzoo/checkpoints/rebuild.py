@@ -77,6 +77,18 @@ def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], source: s
         detail = _misfit(model, state) or error_line(error)
         raise CheckpointError(
             f"{source} does not fit the model its recipe describes: {detail}. Its weights and "
-            "its saved recipe disagree (was one of them edited?); use the file as normzoo "
+            f"its saved recipe disagree ({_cause(model, state)}); use the file as normzoo "
             "train wrote it"
         ) from None
+
+
+def _cause(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
+    """The likely reason for a misfit: an edit, or a checkpoint of a ``model.bias: false``
+    model from before that setting also removed the biases of norms and the masked-LM head."""
+    extra = [k for k in state if k not in model.state_dict()]
+    config = getattr(model, "config", None)
+    if extra and all(k.endswith("bias") for k in extra) and not getattr(config, "bias", True):
+        return ("its recipe has model.bias: false, which once left the biases of norms and of "
+                "the masked-LM head in place and now removes them; it was written by an older "
+                "normzoo")
+    return "was one of them edited?"

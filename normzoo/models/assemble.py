@@ -17,13 +17,15 @@ from normzoo.errors import ConfigError, Problem
 from normzoo.models.config import ModelConfig
 from normzoo.models.families import DecoderModel, EncoderModel, Seq2SeqModel, TransformerModel
 from normzoo.models.layers import SublayerBuilder
-from normzoo.models.resolve import norm_factory, scheme_class, stack_infos
+from normzoo.models.resolve import norm_factory, norm_options, scheme_class, stack_infos
 from normzoo.models.stacks import DecoderStack, EncoderStack
 
 
 def norm_maker(config: ModelConfig) -> Callable[[int], nn.Module]:
-    """``width -> fresh norm`` for the configured norm and options."""
-    factory, options = norm_factory(config.norm.name), config.norm.options
+    """``width -> fresh norm`` for the configured norm and options (without its bias where
+    the model has none, ``model.bias: false``)."""
+    factory = norm_factory(config.norm.name)
+    options = norm_options(factory, config.norm.options, config.bias)
 
     def make_norm(width: int) -> nn.Module:
         try:
@@ -67,6 +69,8 @@ def assemble(
             fused_qkv=config.fused_qkv,
             bias=config.bias,
             attention_impl=config.attention_impl,
+            kv_heads=config.kv_heads,
+            rope_base=config.rope_base if config.positions == "rope" else None,
         )
         stacks[info.stack] = (EncoderStack if info.stack == "encoder" else DecoderStack)(build)
     if config.family == "encoder":

@@ -40,15 +40,37 @@ class ModelConfig(BaseModel):
     activation: Literal["relu", "gelu", "silu", "swiglu", "geglu"] = "relu"
     norm: Component = Component(name="layernorm")
     residual: Component = Component(name="pre")
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    positions: Literal["sinusoidal", "learned", "rope"] = Field(
+        default="sinusoidal",
+        description="a table added to the embeddings (sinusoidal, learned), or rotary "
+        "embeddings of q and k in every self-attention (rope), which encode relative distance",
+    )
+    rope_base: float = Field(
+        default=10000.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="base of the rotary frequencies (Llama's rope_theta); with positions: rope",
+    )
     max_positions: int = Field(default=1024, gt=0)
+    kv_heads: int | None = Field(
+        default=None,
+        ge=1,
+        description="key/value heads: None = heads (multi-head), 1 = multi-query, else "
+        "grouped-query; fewer shrink the KV cache and the k/v projections",
+    )
+    embed_scale: bool = Field(
+        default=True,
+        description="multiply token embeddings by sqrt(d_model) (fairseq); Llama does not",
+    )
     fused_qkv: bool = True
     attention_impl: Literal["auto", "sdpa", "explicit"] = Field(
         default="auto",
         description="attention kernel: torch's SDPA, or matmul-softmax-matmul written out; auto "
         "takes the explicit one on a CPU under bf16/fp16, where SDPA's backward is slow",
     )
-    bias: bool = True
+    bias: bool = Field(
+        default=True, description="biases in linear layers, norms and the masked-LM head"
+    )
     tie_output: bool = Field(default=True, description="output projection = token embedding")
     share_embeddings: bool = Field(
         default=True, description="encoder and decoder share one embedding (joint vocabulary)"
@@ -66,6 +88,7 @@ class ModelConfig(BaseModel):
             problems.append(
                 Problem("d_model", f"{self.d_model} is not divisible by heads={self.heads}")
             )
+        problems += self._attention_problems()
         if self.family in ("encoder", "encoder_decoder") and self.encoder_layers < 1:
             problems.append(Problem("encoder_layers", f"a {self.family} model needs at least 1"))
         if self.family in ("decoder", "encoder_decoder") and self.decoder_layers < 1:
@@ -91,6 +114,22 @@ class ModelConfig(BaseModel):
         if problems:
             raise rule_error(*dict.fromkeys(problems))
         return self
+
+    def _attention_problems(self) -> list[Problem]:
+        """GQA's groups and RoPE's channel pairs: rules the attention modules would otherwise
+        raise on while the model is built, reported here with their key paths (the fields' own
+        ranges, ``kv_heads >= 1`` and ``rope_base > 0``, are checked before)."""
+        problems = []
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            problems.append(Problem(
+                "kv_heads", f"{self.kv_heads} does not divide heads={self.heads}: each key/value "
+                "head serves an equal group of query heads (1 = multi-query, heads = multi-head)"))
+        head_dim, uneven = divmod(self.d_model, self.heads)
+        if self.positions == "rope" and not uneven and head_dim % 2:
+            problems.append(Problem(
+                "positions", f"rope needs an even head dimension (it rotates channel pairs); "
+                f"d_model/heads = {self.d_model}/{self.heads} = {head_dim}"))
+        return problems
 
     def with_vocab(self, vocab_size: int) -> ModelConfig:
         """This model with the tokenizer's vocabulary size (which the recipe leaves open)."""

@@ -50,6 +50,7 @@ class TransformerModel(nn.Module):
             max_positions=c.max_positions,
             dropout=c.dropout,
             token_embedding=token_embedding,
+            scale=c.embed_scale,
         )
 
     def padding_mask(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -57,17 +58,21 @@ class TransformerModel(nn.Module):
 
 
 class EncoderModel(TransformerModel):
-    """BERT-style encoder with a masked-LM head (dense, activation, norm, tied projection)."""
+    """BERT-style encoder with a masked-LM head (dense, activation, norm, tied projection).
+
+    The head's dense bias and the output bias exist only where the model has biases
+    (``model.bias``), like every other bias.
+    """
 
     def __init__(self, config: ModelConfig, encoder: EncoderStack, make_norm) -> None:
         super().__init__(config)
         self.embeddings = self._embeddings()
         self.encoder = encoder
-        self.head_dense = nn.Linear(config.d_model, config.d_model)
+        self.head_dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.head_norm = make_norm(config.d_model)
         tied = self.embeddings.tokens if config.tie_output else None
         self.output = OutputProjection(config.d_model, config.vocab_size, tied)
-        self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.output_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.bias else None
 
     def encode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Contextual hidden states ``[B, T, dim]``."""
@@ -79,7 +84,8 @@ class EncoderModel(TransformerModel):
         # The head's norm may be a BatchNorm: padding must stay out of its statistics too.
         with padding_mask_context(mask):
             h = self.head_norm(h)
-        return self.output(h) + self.output_bias
+        logits = self.output(h)
+        return logits if self.output_bias is None else logits + self.output_bias
 
 
 class DecoderModel(TransformerModel):

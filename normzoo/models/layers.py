@@ -41,12 +41,14 @@ class SublayerBuilder:
         fused_qkv: bool,
         bias: bool,
         attention_impl: AttentionImpl = "auto",
+        kv_heads: int | None = None,
+        rope_base: float | None = None,
     ) -> None:
         self.scheme, self.stack, self.make_norm = scheme, stack, make_norm
         self.heads, self.ffn_dim, self.dropout = heads, ffn_dim, dropout
         self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
         self.activation, self.fused_qkv, self.bias = activation, fused_qkv, bias
-        self.attention_impl = attention_impl
+        self.attention_impl, self.kv_heads, self.rope_base = attention_impl, kv_heads, rope_base
 
     def _inner(self, site: Site, width: int) -> nn.Module | None:
         return self.make_norm(width) if self.scheme.inner_norm(site) else None
@@ -66,6 +68,8 @@ class SublayerBuilder:
             fused=self.fused_qkv,
             inner_norm=self._inner(site, self.stack.dim),
             impl=self.attention_impl,
+            kv_heads=self.kv_heads,
+            rope_base=self.rope_base,  # self-attention only: the module ignores it when cross
         )
         prefix = "cross_" if cross else ""
         self.scheme.init_parameters(

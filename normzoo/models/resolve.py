@@ -9,7 +9,8 @@ to the model section (``norm``, ``residual.alpha``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from torch import nn
@@ -27,6 +28,7 @@ class ModelSection(Protocol):
 
     family: str
     d_model: int
+    bias: bool
     norm: Component
     residual: Component
 
@@ -57,6 +59,25 @@ def norm_factory(name: str) -> Callable[..., nn.Module]:
     return factory
 
 
+def takes_bias(factory: Callable[..., nn.Module]) -> bool:
+    """Whether the norm ``factory`` has a ``bias`` option (LayerNorm, BatchNorm, DyT do)."""
+    try:
+        return "bias" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a callable without a readable signature
+        return False
+
+
+def norm_options(
+    factory: Callable[..., nn.Module], options: Mapping[str, Any], bias: bool
+) -> dict[str, Any]:
+    """The options a norm is built with: the recipe's, plus ``bias=False`` where the model has
+    no biases (``model.bias: false``) and the norm can leave its bias out. Derived at build
+    time rather than written into ``model.norm``, so a recipe reads as it was written."""
+    if bias or not takes_bias(factory):
+        return dict(options)
+    return {**options, "bias": False}
+
+
 def scheme_class(name: str) -> type[ResidualScheme]:
     """The registered residual scheme ``name``: a :class:`ResidualScheme` subclass."""
     obj = registry.residuals.get(name)
@@ -84,13 +105,32 @@ def _resolve_norm(config: ModelSection) -> tuple[Component | None, list[Problem]
     try:
         factory = norm_factory(name)
         options = validate_options(factory, config.norm.options, skip=1, where="norm")
-        factory(config.d_model, **options)  # the factory's own checks, e.g. groups | width
+        # the factory's own checks, e.g. groups | width
+        norm = factory(config.d_model, **norm_options(factory, options, config.bias))
     except NormzooError as error:
         return None, _problems(error, "norm")
     except (ValueError, TypeError) as error:
         return None, [Problem("norm", f"{name}({config.d_model}): {error}")]
-    problem = causal_norm_problem(config, factory)
-    return _given(config.norm, options), [problem] if problem else []
+    asked = "bias" in config.norm.options and bool(options.get("bias"))  # typed, e.g. "true"
+    problems = [p for p in (causal_norm_problem(config, factory),
+                            bias_problem(config, norm, asked)) if p]
+    return _given(config.norm, options), problems
+
+
+def bias_problem(config: ModelSection, norm: nn.Module, asked: bool) -> Problem | None:
+    """``model.bias: false`` promises a model without biases: a norm option asking for one
+    (``asked``) contradicts it, and a norm (a plugin) that keeps one with no option to drop it
+    breaks it."""
+    if config.bias:
+        return None
+    if asked:
+        return Problem("norm.bias", "true contradicts model.bias: false (a model without "
+                       "biases); leave it out, or set model.bias: true")
+    if any(name.rpartition(".")[2] == "bias" for name, _ in norm.named_parameters()):
+        return Problem("norm", f"'{config.norm.name}' has a bias and no bias option to leave "
+                       "it out, so model.bias: false cannot hold; use a norm without a bias "
+                       "(rmsnorm, scalenorm) or one with a bias option (layernorm)")
+    return None
 
 
 def _resolve_residual(config: ModelSection) -> tuple[Component | None, list[ResidualScheme],

@@ -8,11 +8,17 @@ path runs its two matmuls in bf16 and is faster than fp32 SDPA. ``auto`` (the de
 the explicit path exactly there, on a CPU tensor in bf16 or fp16, and SDPA everywhere else (GPU,
 float32), where SDPA's fused kernels are the fastest.
 
-Self-attention keeps q, k, v in one fused ``[3*dim, dim]`` matrix by default (one matmul), or
-three separate ones; cross-attention keeps q separate and k, v fused, since k and v are computed
-once from the encoder output. Either way :meth:`MultiheadAttention.role_weights` exposes each
-role's own matrix (a view into the fused one), so residual schemes initialise W_v alone even
-when it is a slice.
+Self-attention keeps q, k, v in one fused ``[(heads + 2*kv_heads) * head_dim, dim]`` matrix by
+default (one matmul; ``[3*dim, dim]`` without GQA), or three separate ones; cross-attention keeps
+q separate and k, v fused, since k and v are computed once from the encoder output. Either way
+:meth:`MultiheadAttention.role_weights` exposes each role's own matrix (a view into the fused
+one), so residual schemes initialise W_v alone even when it is a slice.
+
+Grouped-query attention (``kv_heads`` < ``heads``; 1 is multi-query): k and v have ``kv_heads``
+heads, each shared by ``heads // kv_heads`` consecutive query heads, which shrinks the KV cache
+(it stores the ``kv_heads`` heads) and the k/v projections by that factor. With ``rope_base``
+set, self-attention rotates q and k by their absolute positions (:mod:`normzoo.nn.rotary`);
+cross-attention never does (encoder and decoder positions are not on one axis).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normzoo.nn.dropout import dropout as drop
+from normzoo.nn.rotary import RotaryEmbedding
 
 AttentionImpl = Literal["auto", "sdpa", "explicit"]
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -64,7 +71,8 @@ def explicit_attention(
 
 @dataclass
 class LayerCache:
-    """Keys and values of one decoder layer, ``[batch, heads, time, head_dim]``."""
+    """Keys and values of one decoder layer, ``[batch, kv_heads, time, head_dim]``; with rotary
+    embeddings the self-attention keys are stored rotated."""
 
     self_k: torch.Tensor | None = None
     self_v: torch.Tensor | None = None
@@ -127,7 +135,11 @@ def attention_mask(
 
 
 class MultiheadAttention(nn.Module):
-    """Self- or cross-attention with optional inner norm before the output projection (Sub-LN)."""
+    """Self- or cross-attention with optional inner norm before the output projection (Sub-LN).
+
+    ``kv_heads`` (default ``heads``) gives grouped-query attention; ``rope_base`` (default
+    None: no rotation) rotary position embeddings in self-attention.
+    """
 
     def __init__(
         self,
@@ -140,59 +152,60 @@ class MultiheadAttention(nn.Module):
         fused: bool = True,
         inner_norm: nn.Module | None = None,
         impl: AttentionImpl = "auto",
+        kv_heads: int | None = None,
+        rope_base: float | None = None,
     ) -> None:
         super().__init__()
+        kv_heads = heads if kv_heads is None else kv_heads
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        if kv_heads < 1 or heads % kv_heads:
+            raise ValueError(f"kv_heads {kv_heads} does not divide heads {heads}")
         if impl not in ("auto", "sdpa", "explicit"):
             raise ValueError(f"impl {impl!r}: expected 'auto', 'sdpa' or 'explicit'")
         self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.kv_heads, self.kv_dim = kv_heads, kv_heads * (dim // heads)
         self.dropout, self.cross, self.fused, self.impl = dropout, cross, fused, impl
+        kv_dim = self.kv_dim
         if cross:
             self.q_proj = nn.Linear(dim, dim, bias=bias)
-            self.kv_proj = nn.Linear(dim, 2 * dim, bias=bias)
+            self.kv_proj = nn.Linear(dim, 2 * kv_dim, bias=bias)
         elif fused:
-            self.qkv_proj = nn.Linear(dim, 3 * dim, bias=bias)
+            self.qkv_proj = nn.Linear(dim, dim + 2 * kv_dim, bias=bias)
         else:
             self.q_proj = nn.Linear(dim, dim, bias=bias)
-            self.k_proj = nn.Linear(dim, dim, bias=bias)
-            self.v_proj = nn.Linear(dim, dim, bias=bias)
+            self.k_proj = nn.Linear(dim, kv_dim, bias=bias)
+            self.v_proj = nn.Linear(dim, kv_dim, bias=bias)
         self.inner_norm = inner_norm if inner_norm is not None else nn.Identity()
         self.out_proj = nn.Linear(dim, dim, bias=bias)
+        # No parameters and no buffers: the state dict is the same with or without it.
+        self.rotary = (RotaryEmbedding(self.head_dim, rope_base)
+                       if rope_base is not None and not cross else None)
         self.reset_parameters()
 
-    def role_weights(self) -> dict[str, torch.Tensor]:
-        """Each role's ``[out, in]`` matrix; slices of a fused matrix are views into it."""
-        d = self.dim
+    def _roles(self, attribute: str) -> dict[str, torch.Tensor]:
+        """Each role's ``weight`` or ``bias``, slices of fused ones as views."""
+        d, kv = self.dim, self.kv_dim
+        out = getattr(self.out_proj, attribute)
         if self.cross:
-            kv = self.kv_proj.weight
-            return {"q": self.q_proj.weight, "k": kv[:d], "v": kv[d:], "out": self.out_proj.weight}
+            fused = getattr(self.kv_proj, attribute)
+            return {"q": getattr(self.q_proj, attribute), "k": fused[:kv], "v": fused[kv:],
+                    "out": out}
         if self.fused:
-            qkv = self.qkv_proj.weight
-            return {"q": qkv[:d], "k": qkv[d : 2 * d], "v": qkv[2 * d :],
-                    "out": self.out_proj.weight}
-        return {
-            "q": self.q_proj.weight,
-            "k": self.k_proj.weight,
-            "v": self.v_proj.weight,
-            "out": self.out_proj.weight,
-        }
+            fused = getattr(self.qkv_proj, attribute)
+            return {"q": fused[:d], "k": fused[d : d + kv], "v": fused[d + kv :], "out": out}
+        return {"q": getattr(self.q_proj, attribute), "k": getattr(self.k_proj, attribute),
+                "v": getattr(self.v_proj, attribute), "out": out}
+
+    def role_weights(self) -> dict[str, torch.Tensor]:
+        """Each role's ``[out, in]`` matrix (``[kv_heads * head_dim, dim]`` for k and v);
+        slices of a fused matrix are views into it."""
+        return self._roles("weight")
 
     def role_biases(self) -> dict[str, torch.Tensor]:
         """Each role's bias vector (views into fused ones, like :meth:`role_weights`); empty
         when the projections have no bias."""
-        if self.out_proj.bias is None:
-            return {}
-        d = self.dim
-        if self.cross:
-            kv = self.kv_proj.bias
-            return {"q": self.q_proj.bias, "k": kv[:d], "v": kv[d:], "out": self.out_proj.bias}
-        if self.fused:
-            qkv = self.qkv_proj.bias
-            return {"q": qkv[:d], "k": qkv[d : 2 * d], "v": qkv[2 * d :],
-                    "out": self.out_proj.bias}
-        return {"q": self.q_proj.bias, "k": self.k_proj.bias, "v": self.v_proj.bias,
-                "out": self.out_proj.bias}
+        return {} if self.out_proj.bias is None else self._roles("bias")
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -201,21 +214,34 @@ class MultiheadAttention(nn.Module):
         gives each third of a fused [3d, d] in-projection, as in fairseq <= 0.8 and PyTorch's
         ``nn.MultiheadAttention``), W_o xavier_uniform gain 1 (variance 1/d), zero biases.
         This is the init of Transformer-Clinic, the code behind the Post-LN, Pre-LN and Admin
-        results normzoo's studies compare with (docs/init-references.md)."""
+        results normzoo's studies compare with (docs/init-references.md). With grouped-query
+        attention W_k and W_v are ``[kv_heads * head_dim, d]`` and xavier takes that matrix's
+        own fans, as it would for a separate, narrower projection."""
         for role, weight in self.role_weights().items():
             nn.init.xavier_uniform_(weight, gain=1.0 if role == "out" else QKV_GAIN)
         for module in self.modules():
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
+    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)
 
     def _project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h, kv = self.heads, self.kv_heads
         if self.fused:
-            return tuple(self._split(p) for p in self.qkv_proj(x).chunk(3, dim=-1))
-        return self._split(self.q_proj(x)), self._split(self.k_proj(x)), self._split(self.v_proj(x))
+            q, k, v = self.qkv_proj(x).split([self.dim, self.kv_dim, self.kv_dim], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self._split(q, h), self._split(k, kv), self._split(v, kv)
+
+    def _expand(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, kv_heads, S, hd]`` -> ``[B, heads, S, hd]``: each k/v head repeated for the
+        ``heads // kv_heads`` consecutive query heads of its group (Llama's ``repeat_kv``).
+        Written out rather than SDPA's ``enable_gqa`` (torch >= 2.5) so that the explicit path
+        and older torch compute the same thing."""
+        groups = self.heads // self.kv_heads
+        return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
     def forward(
         self,
@@ -232,20 +258,25 @@ class MultiheadAttention(nn.Module):
         with a cache, S covers the cached positions too).
         """
         if self.cross:
-            q = self._split(self.q_proj(x))
+            q = self._split(self.q_proj(x), self.heads)
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v
             else:
-                k, v = (self._split(p) for p in self.kv_proj(memory).chunk(2, dim=-1))
+                k, v = (self._split(p, self.kv_heads)
+                        for p in self.kv_proj(memory).chunk(2, dim=-1))
                 if cache is not None:
                     cache.cross_k, cache.cross_v = k, v
         else:
             q, k, v = self._project_self(x)
+            past = None if cache is None else cache.self_k
+            if self.rotary is not None:  # new queries and keys sit after the cached ones
+                q, k = self.rotary(q, k, 0 if past is None else past.shape[2])
             if cache is not None:
-                if cache.self_k is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)
+                if past is not None:
+                    k = torch.cat([past, k], dim=2)
                     v = torch.cat([cache.self_v, v], dim=2)
                 cache.self_k, cache.self_v = k, v
+        k, v = self._expand(k), self._expand(v)
         is_causal = causal and not self.cross
         query_len, key_len = q.shape[2], k.shape[2]
         dropout = self.dropout if self.training else 0.0

@@ -1,4 +1,9 @@
-"""Token embeddings scaled by sqrt(dim) plus sinusoidal or learned positions (fairseq style)."""
+"""Token embeddings scaled by sqrt(dim) plus sinusoidal or learned positions (fairseq style).
+
+With ``positions="rope"`` no position is added here: rotary embeddings act inside
+self-attention (:mod:`normzoo.nn.rotary`). ``scale=False`` leaves the token embeddings unscaled,
+as Llama and GPT-2 do, where fairseq (and normzoo by default) multiply them by sqrt(dim).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,9 @@ def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
 class Embeddings(nn.Module):
     """``dropout(sqrt(dim) * E[token] + P[position])`` for a batch ``[B, T]`` of token ids.
 
-    ``offset`` is the position of the first token (non-zero in incremental decoding).
+    ``offset`` is the position of the first token (non-zero in incremental decoding). With
+    rotary positions there is no ``P``, but ``max_positions`` still bounds the sequence, so
+    that every family refuses the same lengths whatever its positions.
     """
 
     def __init__(
@@ -38,12 +45,14 @@ class Embeddings(nn.Module):
         max_positions: int = 1024,
         dropout: float = 0.0,
         token_embedding: nn.Embedding | None = None,
+        scale: bool = True,
     ) -> None:
         super().__init__()
-        if positions not in ("sinusoidal", "learned"):
-            raise ValueError(f"positions must be 'sinusoidal' or 'learned', not {positions!r}")
+        if positions not in ("sinusoidal", "learned", "rope"):
+            raise ValueError("positions must be 'sinusoidal', 'learned' or 'rope', not "
+                             f"{positions!r}")
         self.dim, self.pad_id, self.max_positions = dim, pad_id, max_positions
-        self.scale = math.sqrt(dim)
+        self.scale = math.sqrt(dim) if scale else 1.0
         if token_embedding is None:
             token_embedding = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
             nn.init.normal_(token_embedding.weight, mean=0.0, std=dim**-0.5)
@@ -53,15 +62,20 @@ class Embeddings(nn.Module):
         if positions == "learned":
             self.learned_positions = nn.Embedding(max_positions, dim)
             nn.init.normal_(self.learned_positions.weight, mean=0.0, std=dim**-0.5)
-        else:
+        elif positions == "sinusoidal":
             self.learned_positions = None
             self.register_buffer(
                 "sinusoids", sinusoidal_table(max_positions, dim), persistent=False
             )
+        else:
+            self.learned_positions = self.sinusoids = None
         self.dropout = Dropout(dropout)
 
-    def position_table(self) -> torch.Tensor:
-        return self.sinusoids if self.learned_positions is None else self.learned_positions.weight
+    def position_table(self) -> torch.Tensor | None:
+        """The ``[max_positions, dim]`` table added to the tokens; None with rotary positions."""
+        if self.learned_positions is not None:
+            return self.learned_positions.weight
+        return self.sinusoids
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         length = tokens.shape[1]
@@ -70,6 +84,10 @@ class Embeddings(nn.Module):
                 f"sequence of {offset + length} positions exceeds max_positions="
                 f"{self.max_positions}"
             )
-        positions = self.position_table()[offset : offset + length]
-        x = self.tokens(tokens) * self.scale + positions.to(self.tokens.weight.dtype)
+        x = self.tokens(tokens)
+        if self.scale != 1.0:
+            x = x * self.scale
+        table = self.position_table()
+        if table is not None:
+            x = x + table[offset : offset + length].to(self.tokens.weight.dtype)
         return self.dropout(x)

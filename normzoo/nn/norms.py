@@ -8,6 +8,11 @@ A norm class may set ``supports_stream_norm = False`` when it cannot stand on th
 itself (Post-LN placement); residual schemes that put a norm there then refuse it at assembly.
 A norm class sets ``mixes_positions = True`` when its output at one token depends on other tokens
 (batch statistics); models with a causal decoder refuse it at assembly.
+
+Which norms have a bias (an additive shift after normalising): LayerNorm, BatchNorm and DyT,
+each with a ``bias`` option that removes it (``model.bias: false`` passes ``bias=False`` to any
+norm whose factory takes that option, so a bias-free model is bias-free in its norms too).
+RMSNorm and ScaleNorm never had one.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ class LayerNorm(nn.Module):
 
     supports_stream_norm = True
 
-    def __init__(self, dim: int, eps: PositiveFloat = 1e-5, affine: bool = True) -> None:
+    def __init__(
+        self, dim: int, eps: PositiveFloat = 1e-5, affine: bool = True, bias: bool = True
+    ) -> None:
         super().__init__()
         self.dim, self.eps = dim, eps
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = None if self.weight is None else self.weight.float()
@@ -42,7 +49,8 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x.float(), (self.dim,), weight, bias, self.eps).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}"
+        return (f"{self.dim}, eps={self.eps}, affine={self.weight is not None}, "
+                f"bias={self.bias is not None}")
 
 
 class RMSNorm(nn.Module):
@@ -95,18 +103,18 @@ class DyT(nn.Module):
 
     supports_stream_norm = False
 
-    def __init__(self, dim: int, alpha: PositiveFloat = 0.5) -> None:
+    def __init__(self, dim: int, alpha: PositiveFloat = 0.5, bias: bool = True) -> None:
         super().__init__()
         self.dim = dim
         self.alpha = nn.Parameter(torch.tensor(float(alpha)))
         self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # float32 like the other norms, and the result in the input's dtype (float32 parameters
         # would otherwise promote a bf16 input to a float32 output).
-        y = torch.tanh(self.alpha.float() * x.float())
-        return (self.weight.float() * y + self.bias.float()).to(x.dtype)
+        y = self.weight.float() * torch.tanh(self.alpha.float() * x.float())
+        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, alpha_init={self.alpha.item():.3g}"
@@ -134,11 +142,12 @@ class MaskedBatchNorm(nn.Module):
         eps: PositiveFloat = 1e-5,
         momentum: Annotated[float, Field(gt=0, le=1)] = 0.1,
         affine: bool = True,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.dim, self.eps, self.momentum = dim, eps, momentum
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine and bias else None
         self.register_buffer("running_mean", torch.zeros(dim))
         self.register_buffer("running_var", torch.ones(dim))
 

@@ -32,8 +32,10 @@ def parameter_count(recipe: Recipe) -> int:
     d, vocab = m.d_model, m.vocab_size or recipe.data.tokenizer.vocab_size
     cross = m.family == "encoder_decoder"
     ffn = (3 if m.activation in ("swiglu", "geglu") else 2) * d * m.ffn_dim
-    layers = m.encoder_depth * (4 * d * d + ffn) + m.decoder_depth * (
-        (8 if cross else 4) * d * d + ffn)
+    kv = d // m.heads * (m.kv_heads or m.heads)  # k and v's width: narrower with GQA
+    attention = 2 * d * d + 2 * d * kv  # W_q, W_o; W_k, W_v
+    layers = m.encoder_depth * (attention + ffn) + m.decoder_depth * (
+        (2 if cross else 1) * attention + ffn)
     tokens = vocab * d * (2 if cross and not m.share_embeddings else 1)
     positions = (2 if cross else 1) * m.max_positions * d if m.positions == "learned" else 0
     head = d * d if m.family == "encoder" else 0  # the masked-LM head's dense layer

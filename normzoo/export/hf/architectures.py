@@ -103,7 +103,7 @@ def _seq2seq_config(cls_name: str, plain: PlainModel, config: ModelConfig, **ext
         encoder_attention_heads=config.heads, decoder_attention_heads=config.heads,
         encoder_ffn_dim=config.ffn_dim, decoder_ffn_dim=config.ffn_dim,
         activation_function=config.activation, max_position_embeddings=config.max_positions,
-        scale_embedding=True, decoder_start_token_id=BOS, forced_eos_token_id=None,
+        scale_embedding=config.embed_scale, decoder_start_token_id=BOS, forced_eos_token_id=None,
         tie_word_embeddings=tied, dropout=config.dropout,
         attention_dropout=config.attention_dropout,
         activation_dropout=config.activation_dropout, **extra)

@@ -83,7 +83,8 @@ def _norm(norm: nn.Module, where: str) -> tuple[torch.Tensor, torch.Tensor, floa
             type(norm).__name__)
         raise NotMappable(f"the {where} is {kind}; the transformers architectures normzoo maps "
                           "to use LayerNorm with a learned scale and bias (model.norm: layernorm)")
-    return norm.weight.detach(), norm.bias.detach(), norm.eps
+    bias = norm.bias if norm.bias is not None else torch.zeros_like(norm.weight)  # bias: false
+    return norm.weight.detach(), bias.detach(), norm.eps
 
 
 def _branch_scale(residual: nn.Module) -> tuple[Placement, torch.Tensor | float]:
@@ -182,6 +183,13 @@ class _Reader:
 
 def _check_layers(model: TransformerModel) -> None:
     config = model.config
+    if config.positions == "rope":
+        raise NotMappable("model.positions is rope; the transformers architectures normzoo maps "
+                          "to add a position table to the embeddings")
+    if config.kv_heads not in (None, config.heads):
+        raise NotMappable(f"model.kv_heads={config.kv_heads} is grouped-query attention; the "
+                          "transformers architectures normzoo maps to have as many key/value "
+                          "heads as query heads")
     if config.activation not in ("relu", "gelu", "silu"):
         raise NotMappable(f"model.activation={config.activation} is a gated feed-forward; the "
                           "transformers architectures normzoo maps to have an ungated one")
@@ -216,7 +224,9 @@ def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
         reader.stack("encoder", model.encoder)
         reader.put("head.dense", _linear(model.head_dense))
         reader.norm("head.norm", model.head_norm, "masked-LM head norm", stream=False)
-        reader.put("output", {"bias": model.output_bias})
+        bias = model.output_bias  # None with model.bias: false: zeros in the target
+        reader.put("output", {"bias": bias if bias is not None
+                              else torch.zeros(model.config.vocab_size)})
     else:
         raise NotMappable(f"{type(model).__name__} is not a normzoo model family")
     reader.put("embed", {"tokens": embeddings.tokens.weight})
