@@ -1,9 +1,11 @@
 """``normzoo export --format hf``: a directory that ``transformers`` loads with its Auto classes.
 
-The model is read as a plain Post-LN or Pre-LN model (:mod:`normzoo.export.hf.plain`, folding
-what folds), renamed onto the ``transformers`` architecture with the same layers
-(:mod:`normzoo.export.hf.architectures`), and written with ``save_pretrained`` beside a fast
-tokenizer, a generation config and a model card. Before the directory is published the export
+A decoder that is exactly a Llama (Pre-LN, RMSNorm, rotary positions, SwiGLU, no biases) goes to
+``LlamaForCausalLM`` (:mod:`normzoo.export.hf.llama`); any other model is read as a plain Post-LN
+or Pre-LN model (:mod:`normzoo.export.hf.plain`, folding what folds) and renamed onto the
+``transformers`` architecture with the same layers (:mod:`normzoo.export.hf.architectures`).
+Either is written with ``save_pretrained`` beside a fast tokenizer, a generation config and a
+model card. Before the directory is published the export
 loads it back through the Auto class, as a user would, and compares its logits with normzoo's on
 a probe batch: a difference above :data:`TOLERANCE` is refused rather than shipped.
 """
@@ -20,6 +22,7 @@ import torch
 from normzoo.data.tokenizer import BOS, EOS, PAD, SPECIALS
 from normzoo.errors import NormzooError
 from normzoo.export.hf.architectures import Target, target_for
+from normzoo.export.hf.llama import llama_target
 from normzoo.export.hf.plain import NotMappable, PlainModel, plain_model
 
 # Largest |logit difference| an export may have; fp32 rounding gives ~1e-5 on trained models.
@@ -169,8 +172,10 @@ def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
     """The ``transformers`` model equal to ``loaded.model``, in memory."""
     transformers = _transformers()
 
-    plain = plain_model(loaded.model, loaded.recipe.model.residual.name)
-    target = target_for(plain)
+    scheme = loaded.recipe.model.residual.name
+    llama = llama_target(loaded.model, scheme)  # a Llama first: what decoders are served as
+    plain, target = llama if llama is not None else (plain := plain_model(loaded.model, scheme),
+                                                     target_for(plain))
     config, weights = target.build(plain, loaded.model.config)
     hf_model = getattr(transformers, target.architecture)(config)
     expected = set(hf_model.state_dict())

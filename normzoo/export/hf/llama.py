@@ -1,0 +1,137 @@
+"""A decoder that *is* a Llama, exported as ``LlamaForCausalLM``.
+
+``transformers``' Llama (and everything that reads its directories: vLLM, TGI, llama.cpp's
+``convert_hf_to_gguf.py``) computes, per layer,
+
+    h = x + W_o attn(RoPE(W_q n), RoPE(W_k n), W_v n),  n = RMSNorm(x)
+    y = h + W_down(silu(W_gate m) * (W_up m)),          m = RMSNorm(h)
+
+with rotary positions in the rotate-half convention, grouped-query attention, no biases, a final
+RMSNorm and unscaled embeddings. A normzoo decoder computes exactly that when its recipe says
+Pre-LN, RMSNorm, ``positions: rope``, SwiGLU and ``bias: false`` (``recipes/gpt_llama.yaml``);
+the weights then copy over one for one (normzoo's ``ffn_in`` is Llama's ``gate_proj``, the one
+the activation is applied to, ``ffn_gate`` its ``up_proj``). A model that scales its embeddings
+by √d (``embed_scale: true``) exports with the factor folded into the input embedding and the
+output projection stored untied. Anything else returns ``None`` from :func:`llama_target`, and
+the model goes to the plain Post-LN/Pre-LN targets (:mod:`normzoo.export.hf.architectures`),
+which say why they cannot take it if they cannot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from normzoo.data.tokenizer import BOS, EOS, PAD
+from normzoo.export.hf.architectures import Target
+from normzoo.export.hf.plain import PlainModel
+from normzoo.models.config import ModelConfig
+from normzoo.models.families import DecoderModel, TransformerModel
+from normzoo.nn.norms import RMSNorm
+from normzoo.residual.base import StreamEnds
+from normzoo.residual.pre import PreLNResidual
+
+ARCHITECTURE = "LlamaForCausalLM"
+AUTO_CLASS = "AutoModelForCausalLM"
+
+
+def _rms(norm: nn.Module | None) -> RMSNorm | None:
+    return norm if type(norm) is RMSNorm and norm.weight is not None else None
+
+
+def _is_llama(model: TransformerModel) -> bool:
+    """Whether every piece of ``model`` computes what Llama's counterpart does."""
+    config = model.config
+    if not isinstance(model, DecoderModel) or config.positions != "rope":
+        return False
+    if config.activation != "swiglu" or any(n.endswith("bias") for n, _ in
+                                            model.named_parameters()):
+        return False
+    stack = model.decoder
+    if not isinstance(stack.embedding_norm, nn.Identity) or type(stack.ends) is not StreamEnds:
+        return False
+    norms = [stack.ends.final_norm]
+    for layer in stack.layers:
+        for residual in (layer.self_attn_residual, layer.ffn_residual):
+            if type(residual) is not PreLNResidual:
+                return False
+            norms.append(residual.norm)
+        if getattr(layer, "cross_attn", None) is not None:
+            return False
+        for inner in (layer.self_attn.inner_norm, layer.ffn.inner_norm):
+            if not isinstance(inner, nn.Identity):
+                return False
+    return all(_rms(n) is not None for n in norms) and len({n.eps for n in norms}) == 1
+
+
+def llama_mapping(model: TransformerModel, scheme: str) -> PlainModel | None:
+    """``model``'s weights under ``LlamaForCausalLM``'s names, or ``None`` if it is not a Llama.
+
+    The result is a :class:`PlainModel` whose weights already carry the target's names, so
+    :func:`llama` only adds the config."""
+    if not _is_llama(model):
+        return None
+    weights: dict[str, torch.Tensor] = {}
+
+    def put(name: str, tensor: torch.Tensor) -> None:
+        weights[name] = tensor.detach().float().clone()
+
+    stack = model.decoder
+    for i, layer in enumerate(stack.layers):
+        base = f"model.layers.{i}"
+        roles = layer.self_attn.role_weights()
+        for role, name in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("out", "o_proj")):
+            put(f"{base}.self_attn.{name}.weight", roles[role])
+        ffn = layer.ffn
+        put(f"{base}.mlp.gate_proj.weight", ffn.ffn_in.weight)
+        put(f"{base}.mlp.up_proj.weight", ffn.ffn_gate.weight)
+        put(f"{base}.mlp.down_proj.weight", ffn.ffn_out.weight)
+        put(f"{base}.input_layernorm.weight", layer.self_attn_residual.norm.weight)
+        put(f"{base}.post_attention_layernorm.weight", layer.ffn_residual.norm.weight)
+    put("model.norm.weight", stack.ends.final_norm.weight)
+    embeddings = model.embeddings
+    tokens = embeddings.tokens.weight
+    output = model.output
+    tied = output.tied is not None and embeddings.scale == 1.0
+    put("model.embed_tokens.weight", tokens * embeddings.scale)
+    if not tied:
+        put("lm_head.weight", output.tied.weight if output.tied is not None else output.weight)
+    folded = ("" if embeddings.scale == 1.0 else
+              f"the embeddings' √d scale ({embeddings.scale:.4g}) multiplied into the input "
+              "embedding, with the output projection stored untied")
+    return PlainModel(family="decoder", placement="pre", scheme=scheme, weights=weights,
+                      eps=stack.ends.final_norm.eps, folded=folded)
+
+
+def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``LlamaConfig`` and weights for a :func:`llama_mapping` result."""
+    import transformers
+    from transformers import LlamaConfig
+
+    heads = config.heads
+    # transformers 5 keeps the base in rope_parameters; 4.x took rope_theta.
+    rope = ({"rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base}}
+            if int(transformers.__version__.split(".")[0]) >= 5
+            else {"rope_theta": config.rope_base})
+    hf_config = LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model,
+        intermediate_size=config.ffn_dim, num_hidden_layers=config.decoder_layers,
+        num_attention_heads=heads, num_key_value_heads=config.kv_heads or heads,
+        head_dim=config.d_model // heads, hidden_act="silu",
+        max_position_embeddings=config.max_positions, rms_norm_eps=plain.eps,
+        attention_bias=False, mlp_bias=False,
+        tie_word_embeddings="lm_head.weight" not in plain.weights,
+        pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+        architectures=[ARCHITECTURE], **rope)
+    weights = dict(plain.weights)
+    if hf_config.tie_word_embeddings:
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+    return hf_config, weights
+
+
+def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Target] | None:
+    """``model`` mapped onto ``LlamaForCausalLM``, or ``None`` where it is not a Llama."""
+    plain = llama_mapping(model, scheme)
+    return None if plain is None else (plain, Target(ARCHITECTURE, AUTO_CLASS, llama))

@@ -1,0 +1,134 @@
+"""``normzoo export --format hf`` of a decoder that is exactly a Llama: a ``LlamaForCausalLM``
+directory whose logits equal normzoo's (max |difference| <= 1e-4) and whose greedy
+continuations of 100 prompts are normzoo's, token for token; ``recipes/gpt_llama.yaml`` is such a
+decoder. Anything short of a Llama is not written as one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import toy_text
+from typer.testing import CliRunner
+
+import normzoo
+from normzoo import recipe as recipes
+from normzoo.cli import app
+from normzoo.data import builtin
+from normzoo.data.tokenizer import PAD
+from normzoo.export.hf.llama import llama_target
+from normzoo.export.hf.plain import NotMappable, plain_model
+from normzoo.models import assemble
+from normzoo.models.config import ModelConfig
+from normzoo.run import training as train
+
+transformers = pytest.importorskip("transformers")
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = [" ".join(s.split()[:2]) for s, _ in builtin.generate("test", size=100)]
+# gpt_llama.yaml's Llama, small: GQA (2 key/value heads for 4), RoPE, SwiGLU, RMSNorm, no bias.
+SMALL = ["model.d_model=32", "model.heads=4", "model.kv_heads=2", "model.ffn_dim=96",
+         "model.decoder_layers=2", "model.max_positions=64", "data.source=files",
+         "data.tokenizer.vocab_size=200", "data.max_tokens=512", "data.max_len=64",
+         "data.train_limit=300", "data.valid_limit=16", "optim.lr=3e-3",
+         "optim.warmup_steps=5", "trainer.max_steps=30", "trainer.val_every_steps=30",
+         "trainer.precision=32-true"]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return toy_text(tmp_path_factory.mktemp("llama"), (300, 16, 16))
+
+
+def _train(root: Path, name: str, *overrides: str) -> Path:
+    """``last.ckpt`` of 30 steps of ``recipes/gpt_llama.yaml`` made small, with ``overrides``."""
+    recipe = recipes.load(ROOT / "recipes" / "gpt_llama.yaml",
+                          [*SMALL, f"data.dir={root}", f"run.dir={root / name}", *overrides])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NORMZOO_CACHE", str(root / "cache"))
+        train.run(recipe, f"{name}.yaml")
+    return root / name / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize(("name", "overrides", "tied"), [
+    ("gpt_llama", (), True),
+    # fairseq's √d embedding scale: folded into the input embedding, the output stored untied.
+    ("scaled", ("model.embed_scale=true",), False),
+])
+def test_a_gpt_llama_run_exports_as_llama_with_normzoos_logits_and_greedy_text(
+        workspace: Path, tmp_path: Path, name: str, overrides: tuple[str, ...], tied: bool):
+    checkpoint = _train(workspace, name, *overrides)
+    result = runner.invoke(app, ["export", str(checkpoint), "--format", "hf",
+                                 "--out", str(tmp_path / "hf")])
+    assert result.exit_code == 0, result.output
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert type(hf_model).__name__ == "LlamaForCausalLM"
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["num_key_value_heads"] == 2 and config["num_attention_heads"] == 4
+    assert config["tie_word_embeddings"] is tied
+    loaded = normzoo.load(checkpoint)
+
+    batch = tokenizer(PROMPTS[:20], return_tensors="pt", padding=True, padding_side="right")
+    with torch.no_grad():
+        ours = loaded.model(batch["input_ids"])
+        theirs = hf_model(**batch).logits
+    real = batch["attention_mask"].bool()
+    assert (ours - theirs).abs()[real].max().item() <= 1e-4
+
+    expected = loaded.generate(PROMPTS, temperature=0, max_new_tokens=12)
+    got = []
+    for prompt in PROMPTS:
+        inputs = tokenizer([prompt], return_tensors="pt")
+        ids = hf_model.generate(**inputs, do_sample=False, max_new_tokens=12)
+        got.append(tokenizer.decode(ids[0, inputs["input_ids"].shape[1]:],
+                                    skip_special_tokens=True))
+    assert got == expected and sum(map(bool, expected)) > 50
+
+
+def test_left_padded_prompts_give_each_row_its_own_logits(workspace: Path):
+    """Rotary positions are relative: a prompt padded on the left (as the exported tokenizer
+    pads a decoder's batch) scores its tokens as it does alone."""
+    loaded = normzoo.load(_train(workspace, "gpt_llama"))
+    alone = loaded.model(torch.tensor([[1, 7, 8, 9]]))
+    padded = torch.tensor([[PAD, PAD, 1, 7, 8, 9]])
+    with torch.no_grad():
+        left = loaded.model(padded, key_padding_mask=padded.eq(PAD))
+    assert (left[:, 2:] - alone).abs().max().item() <= 1e-5
+
+
+SIZES = {"family": "decoder", "encoder_layers": 0, "decoder_layers": 2, "d_model": 32,
+         "heads": 4, "ffn_dim": 64, "positions": "rope", "activation": "swiglu",
+         "norm": "rmsnorm", "bias": False, "embed_scale": False, "residual": "pre"}
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"residual": "peri"}, "Peri-LN normalises"),
+    ({"residual": "deepnorm"}, "positions is rope"),
+    ({"norm": "layernorm"}, "positions is rope"),
+    ({"bias": True}, "positions is rope"),
+    ({"activation": "gelu"}, "positions is rope"),
+])
+def test_what_is_not_a_llama_is_not_written_as_one(change: dict, why: str):
+    """One difference from a Llama and the model goes to the plain targets, which say why
+    they cannot take it."""
+    config = ModelConfig.parse({**SIZES, **change})
+    model = assemble(config, vocab_size=50)
+    assert llama_target(model, config.residual.name) is None
+    with pytest.raises(NotMappable, match=why):
+        plain_model(model, config.residual.name)
+
+
+def test_a_llama_maps_every_weight_once():
+    config = ModelConfig.parse({**SIZES, "kv_heads": 1})
+    model = assemble(config, vocab_size=50)
+    plain, target = llama_target(model, "pre")
+    assert target.architecture == "LlamaForCausalLM"
+    hf_config, weights = target.build(plain, config.with_vocab(50))
+    hf_model = transformers.LlamaForCausalLM(hf_config)
+    assert set(weights) == set(hf_model.state_dict())
+    assert weights["model.layers.0.self_attn.k_proj.weight"].shape == (8, 32)  # one kv head
+    assert sum(p.numel() for p in model.parameters()) == sum(
+        p.numel() for p in hf_model.parameters())
