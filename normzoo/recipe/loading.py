@@ -17,6 +17,7 @@ from typing import Any
 import pydantic
 
 from normzoo.errors import ConfigError, Problem
+from normzoo.recipe.optim import schedule_problems
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape, read_yaml
 from normzoo.recipe.schema import FAMILY_OF_TASK, Recipe, section_problems
@@ -175,10 +176,14 @@ def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
     residual = model.get("residual", "pre")
     name, init = ((residual.get("name"), residual.get("init")) if isinstance(residual, dict)
                   else (residual, None))
+    optim = _section(left, "optim")
     return section_problems(left.get("task", "translation"), model.get("family"),
                             trainer.get("strategy", "auto"), name, init,
                             data.get("streaming", False), evaluation.get("average_last", 1),
-                            trainer.get("keep_checkpoints", 5))
+                            trainer.get("keep_checkpoints", 5)) + schedule_problems(
+        optim.get("schedule", "inverse_sqrt"), optim.get("warmup_steps", 4000),
+        optim.get("decay_steps"), optim.get("decay_fraction", 0.2),
+        trainer.get("max_steps", 100_000), "max_steps" in trainer)
 
 
 def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
