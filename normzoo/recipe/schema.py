@@ -57,12 +57,18 @@ _Section = Section
 
 
 class TokenizerConfig(_Section):
-    """Subword tokenizer trained on the training split (cached by content hash).
+    """Subword tokenizer trained on the training split (cached by content hash), or, with
+    ``type: file``, an existing Hugging Face ``tokenizers`` JSON at ``path``, used as it is
+    (the training settings below are then not used). ``path`` is relative to the folder
+    ``normzoo`` runs in, as ``data.dir`` is.
 
     Translation uses one joint source/target vocabulary, so embeddings can be shared.
     """
 
-    type: Literal["bpe", "unigram"] = "bpe"
+    type: Literal["bpe", "unigram", "file"] = "bpe"
+    path: str | None = Field(
+        default=None, description="type file: the tokenizer.json to use (one saved by "
+        "tokenizers, e.g. a run's own); it needs normzoo's special tokens at ids 0-4")
     vocab_size: int = Field(default=8000, ge=64, le=2**24)
     min_frequency: int = Field(default=2, ge=1)
     lowercase: bool = False
@@ -70,6 +76,12 @@ class TokenizerConfig(_Section):
         default=1_000_000, gt=0,
         description="train on a seeded sample of this many training examples (null: all)")
     sample_seed: int = Field(default=0, description="seed of that sample")
+
+    @model_validator(mode="after")
+    def _file_has_a_path(self) -> TokenizerConfig:
+        if self.type == "file" and not self.path:
+            raise rule_error(Problem("path", "required when type is 'file'"))
+        return self
 
 
 class DataConfig(_Section):

@@ -18,7 +18,7 @@ not decide the result of a training step:
   ``slurm_requeue``, ``diagnostics.every_steps`` and the whole ``run`` section (run
   directory, tracker names);
 * where its inputs are now: ``data.dir`` (a moved corpus; the run keeps the tokenizer of
-  its checkpoint);
+  its checkpoint), ``data.tokenizer.path`` (a moved tokenizer file; likewise);
 * how the same computation runs: ``model.attention_impl`` (:data:`COMPUTE_ONLY`),
   ``trainer.compile``, ``trainer.accelerator``, ``data.num_workers``;
 * how the final test is decoded: ``eval.beam``, ``lenpen``, ``max_len_a``, ``max_len_b``,
@@ -122,7 +122,7 @@ RESUMABLE = frozenset({
     "trainer.max_steps", "trainer.max_epochs", "trainer.max_time",
     "trainer.val_every_steps", "trainer.log_every_steps", "trainer.progress_bar",
     "trainer.loggers", "trainer.keep_checkpoints", "trainer.slurm_requeue",
-    "diagnostics.every_steps", "data.dir", "data.num_workers",
+    "diagnostics.every_steps", "data.dir", "data.tokenizer.path", "data.num_workers",
     "trainer.compile", "trainer.accelerator", "eval.average_last",
     *(f"model.{key}" for key in COMPUTE_ONLY), *DECODING,
 })
