@@ -4,6 +4,7 @@ of bases, cycles and missing files as command-line errors (exit 2), and a run wh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,18 @@ def test_recipes_in_a_cycle_are_refused_naming_the_chain(tmp_path: Path):
     result = runner.invoke(app, ["recipe", "validate", str(itself)])
     assert result.exit_code == 2
     assert f"cycle: {itself} -> {itself}" in result.output
+
+
+def test_links_are_followed_to_the_file_they_name(tmp_path: Path):
+    a = write(tmp_path / "a.yaml", "base: link.yaml\n")
+    (tmp_path / "link.yaml").symlink_to(a)
+    cycle = re.escape(f"cycle: {a} -> {tmp_path / 'link.yaml'}") + "$"
+    with pytest.raises(ConfigError, match=cycle):
+        read_recipe(a)
+    (tmp_path / "loop1.yaml").symlink_to(tmp_path / "loop2.yaml")
+    (tmp_path / "loop2.yaml").symlink_to(tmp_path / "loop1.yaml")
+    with pytest.raises(ConfigError, match=r"builds on loop1\.yaml, but there is no recipe file"):
+        read_recipe(write(tmp_path / "r.yaml", "base: loop1.yaml\n"))
 
 
 def test_a_missing_base_is_refused(tmp_path: Path):

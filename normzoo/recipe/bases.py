@@ -63,6 +63,12 @@ def _base_names(data: dict[str, Any], path: Path) -> list[str]:
     return names
 
 
+def _identity(path: Path) -> Path:
+    """The file ``path`` names, through links (a link loop names itself: reading it then
+    fails as a missing file, rather than here)."""
+    return Path(os.path.realpath(path))
+
+
 def _read(path: Path, chain: tuple[Path, ...], shown: tuple[str, ...],
           files: list[Path]) -> dict[str, Any]:
     """The recipe at ``path`` with its bases merged; ``chain`` are the files (resolved) that
@@ -73,7 +79,8 @@ def _read(path: Path, chain: tuple[Path, ...], shown: tuple[str, ...],
     merged: dict[str, Any] = {}
     for name in _base_names(data, path):
         file = Path(os.path.normpath(path.parent / os.path.expanduser(name)))
-        seen = [i for i, link in enumerate(chain) if link == file.resolve()]
+        identity = _identity(file)
+        seen = [i for i, link in enumerate(chain) if link == identity]
         if seen:
             cycle = " -> ".join([*shown[seen[0]:], str(file)])
             raise ConfigError([Problem(BASE_KEY, f"recipes that build on each other in a "
@@ -82,15 +89,14 @@ def _read(path: Path, chain: tuple[Path, ...], shown: tuple[str, ...],
             raise ConfigError([Problem(BASE_KEY, f"{path} builds on {name}, but there is no "
                                        f"recipe file {file}")], _TITLE)
         files.append(file)
-        merged = merge(merged, _read(file, (*chain, file.resolve()), (*shown, str(file)),
-                                     files))
+        merged = merge(merged, _read(file, (*chain, identity), (*shown, str(file)), files))
     return merge(merged, {key: value for key, value in data.items() if key != BASE_KEY})
 
 
 def read_recipe_with_bases(path: str | Path) -> tuple[dict[str, Any], list[Path]]:
     """:func:`read_recipe`, and the base files it read, in the order they were read."""
     path, files = Path(path), []
-    data = _read(path, (path.resolve(),), (str(path),), files)
+    data = _read(path, (_identity(path),), (str(path),), files)
     return data, files
 
 

@@ -26,9 +26,9 @@ ENDS_AT_MAX_STEPS = ("cosine", "linear", "wsd")
 
 
 class OptimConfig(Section):
-    """AdamW with a linear warm-up, then one of the schedules (:func:`normzoo.tasks.optim.
-    lr_factor` has their formulas): ``inverse_sqrt``, ``cosine``, ``linear``, ``wsd``
-    (warm-up, stable, decay) or ``constant``."""
+    """AdamW with a linear warm-up, then one of the schedules ``inverse_sqrt``, ``cosine``,
+    ``linear``, ``wsd`` (warm-up, stable, decay) or ``constant``; their formulas are
+    :func:`normzoo.tasks.optim.lr_factor`'s."""
 
     lr: float = Field(default=5e-4, gt=0)
     betas: tuple[Beta, Beta] = (0.9, 0.98)
