@@ -92,7 +92,7 @@ def test_constant_after_warmup():
     assert factors("constant", 5, warmup_steps=0) == [1.0] * 5
 
 
-@pytest.mark.parametrize("schedule", ["inverse_sqrt", "cosine", "constant"])
+@pytest.mark.parametrize("schedule", ["inverse_sqrt", "cosine", "linear", "wsd", "constant"])
 def test_warmup_is_linear_for_every_schedule(schedule: str):
     values = factors(schedule, 20, max_steps=1000, warmup_steps=20)
     assert values[:19] == pytest.approx([(s + 1) / 20 for s in range(19)])

@@ -47,7 +47,7 @@ def diagnose(
         return check_machine(recipes.from_dict(data), training=False)
 
     if target.suffix in (".yaml", ".yml"):
-        data = recipes.apply_overrides(recipes.read_yaml(target), overrides or [])
+        data = recipes.apply_overrides(recipes.read_recipe(target), overrides or [])
         variants = recipe_variants(data, vary or [], target.stem, resolve)
         from normzoo.data.prepare import recipe_tokenizer
 

@@ -21,7 +21,8 @@ def show(
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
                                           show_default=False),
 ) -> None:
-    """Print the resolved recipe (defaults filled in, overrides applied) as YAML."""
+    """Print the resolved recipe (its bases merged in, defaults filled in, overrides applied)
+    as YAML."""
     from normzoo import recipe as recipes
 
     # Not checked against this machine: a recipe for a bigger one is shown as well.
@@ -35,12 +36,14 @@ def validate(
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
                                           show_default=False),
 ) -> None:
-    """Check a recipe against the schema, the installed plugins, what this machine can run
-    (memory, CPU cores) and the inputs it names (data files, init.from); exit 2 with every
-    error."""
+    """Check a recipe (its bases merged in) against the schema, the installed plugins, what
+    this machine can run (memory, CPU cores) and the inputs it names (data files, init.from);
+    exit 2 with every error."""
     from normzoo import recipe as recipes
+    from normzoo.recipe.bases import read_recipe_with_bases
     from normzoo.recipe.paths import check_inputs
     from normzoo.run.machine import check_machine
 
     check_inputs(check_machine(recipes.load(recipe, overrides or [])))
-    typer.echo(f"{recipe}: ok")
+    _, bases = read_recipe_with_bases(recipe)
+    typer.echo(f"{recipe}: ok" + (f" (built on {', '.join(map(str, bases))})" if bases else ""))

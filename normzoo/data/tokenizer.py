@@ -1,11 +1,13 @@
-"""Subword tokenizers trained with Hugging Face ``tokenizers``, cached by content hash.
+"""Subword tokenizers trained with Hugging Face ``tokenizers``, cached by content hash, or read
+from a ``tokenizer.json`` of that library (``data.tokenizer.type: file``).
 
 Text is split on spaces with the SentencePiece-style ``▁`` marker (Metaspace), so decoding
 gives back the original spacing: hypotheses come out detokenized, ready for sacreBLEU against
 raw references. ``decode(encode(text)) == NFKC(text)`` for any one-line text that does not start
 with a space and whose characters all occur in the training text; a leading space is dropped,
 and characters never seen in training (tabs and newlines included) decode to nothing. Special
-ids are fixed so models and checkpoints agree on them.
+ids are fixed so models and checkpoints agree on them; a tokenizer read from a file must have
+them at those ids (:func:`special_token_problem`).
 """
 
 from __future__ import annotations
@@ -50,14 +52,36 @@ def cache_failure(error: OSError | None, folder: Path | None = None) -> RuntimeF
                           "point NORMZOO_CACHE at a writable folder")
 
 
+def special_token_problem(backend: HFTokenizer) -> str | None:
+    """Why ``backend`` cannot be normzoo's tokenizer, naming each special token that it lacks
+    or has at another id; None if it has them all at theirs.
+
+    The ids are fixed (:data:`PAD`... :data:`MASK`): models, decoding, batching and the
+    Hugging Face export use them as constants, so a tokenizer from elsewhere must have the
+    tokens at those ids rather than be mapped onto them."""
+    wrong = []
+    for i, token in enumerate(SPECIALS):
+        found = backend.token_to_id(token)
+        if found != i:
+            wrong.append(f"{token} (id {i}) is " + ("missing" if found is None else
+                                                     f"id {found}"))
+    if not wrong:
+        return None
+    listed = ", ".join(repr(token) for token in SPECIALS)
+    return (f"tokenizer does not have normzoo's special tokens at their fixed ids: "
+            f"{'; '.join(wrong)}. normzoo pads, begins, ends, replaces unknown text and masks "
+            f"with ids 0-4: train the tokenizer with special_tokens=[{listed}] first, in "
+            "that order")
+
+
 class Tokenizer:
-    """A trained subword tokenizer with normzoo's fixed special ids."""
+    """A subword tokenizer with normzoo's fixed special ids."""
 
     def __init__(self, backend: HFTokenizer) -> None:
         self.backend = backend
-        for i, token in enumerate(SPECIALS):
-            if backend.token_to_id(token) != i:
-                raise NormzooError(f"tokenizer does not map {token} to id {i}")
+        problem = special_token_problem(backend)
+        if problem is not None:
+            raise NormzooError(problem)
 
     @property
     def vocab_size(self) -> int:
@@ -97,9 +121,13 @@ class Tokenizer:
         if not path.is_file():
             raise NormzooError(f"tokenizer file not found: {path}")
         try:
-            return cls(HFTokenizer.from_file(str(path)))
+            backend = HFTokenizer.from_file(str(path))
         except Exception as error:  # the library raises bare Exceptions on bad JSON
             raise NormzooError(f"cannot read tokenizer {path}: {error}") from None
+        problem = special_token_problem(backend)
+        if problem is not None:
+            raise NormzooError(f"{path}: {problem}")
+        return cls(backend)
 
 
 def _build(kind: str, vocab_size: int, min_frequency: int, lowercase: bool):

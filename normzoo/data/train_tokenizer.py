@@ -1,5 +1,6 @@
 """The recipe's tokenizer, the first step of preparing its data: the text it trains on, the
-key it is cached under, and the training itself.
+key it is cached under, and the training itself; or the tokenizer file the recipe names
+(``data.tokenizer.type: file``), read as it is.
 
 :mod:`normzoo.data.prepare` then encodes every split with it. Both steps read a recipe's splits
 the same way (:func:`split_of`, :func:`split_chunks`, :func:`stream_rows`) and hash their cache
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,15 +51,44 @@ def split_chunks(recipe: Recipe, role: str) -> Iterator:
 
 def tokenizer_key(recipe: Recipe) -> str:
     """The tokenizer's cache key: the training split's content and every tokenizer setting, so
-    a changed corpus or vocabulary size trains a new tokenizer instead of reusing a stale one."""
+    a changed corpus or vocabulary size trains a new tokenizer instead of reusing a stale one;
+    for a tokenizer file, the file's content (its path does not matter, its bytes do)."""
     data, tok = recipe.data, recipe.data.tokenizer
+    if tok.type == "file":
+        return key_hash({"file": hashlib.sha256(_file_bytes(tok.path)).hexdigest(),
+                         "format": 1})
     name, limit = split_of(recipe, "train")
     # A streamed corpus is not read to be hashed: its name stands for its content.
     content = ([data.path, data.name, name] if data.streaming
                else chunks.fingerprint(data, name, recipe.task))
     return key_hash({"data": content, "limit": limit,
                      "langs": [data.src_lang, data.tgt_lang, data.text_field],
-                     "tokenizer": tok.model_dump(), "format": 1})
+                     # Without path, which only a file has: the keys of trained tokenizers
+                     # stay those of the releases before tokenizer files.
+                     "tokenizer": tok.model_dump(exclude={"path"}), "format": 1})
+
+
+def _file_bytes(path: str | None) -> bytes:
+    """The tokenizer file's content; a clear error (exit 2) when it cannot be read."""
+    location = Path(os.path.expanduser(path or ""))
+    if not location.is_file():
+        raise NormzooError(f"data.tokenizer.path: tokenizer file not found: {location}")
+    try:
+        return location.read_bytes()
+    except OSError as error:
+        raise NormzooError(f"data.tokenizer.path: cannot read {location}: "
+                           f"{error.strerror or error}") from None
+
+
+def file_tokenizer(recipe: Recipe) -> Tokenizer:
+    """The recipe's tokenizer file, as it is: nothing is trained, and nothing cached, since
+    the file is the tokenizer (the prepared data's key holds its content's hash, so an
+    edited file prepares anew)."""
+    path = os.path.expanduser(recipe.data.tokenizer.path or "")
+    try:
+        return Tokenizer.load(path)
+    except NormzooError as error:
+        raise NormzooError(f"data.tokenizer.path: {error}") from None
 
 
 def _tokenizer_texts(recipe: Recipe) -> list[str]:
@@ -124,7 +156,10 @@ def stream_rows(recipe: Recipe) -> Callable[[], Any]:
 
 
 def recipe_tokenizer(recipe: Recipe) -> Tokenizer:
-    """The recipe's tokenizer, trained once on (a sample of) the training split and cached."""
+    """The recipe's tokenizer, trained once on (a sample of) the training split and cached;
+    or its tokenizer file (:func:`file_tokenizer`)."""
+    if recipe.data.tokenizer.type == "file":
+        return file_tokenizer(recipe)
     path = cache_root() / "tokenizers" / f"{tokenizer_key(recipe)}.json"
     ensure_folder(path.parent)  # an unusable cache fails before minutes of training
     if path.is_file():

@@ -67,9 +67,11 @@ def _data(recipe: Any) -> str:
                     + (f" (`{data.name}`)" if data.name else "")}[data.source]
     pair = f", {data.src_lang}→{data.tgt_lang}" if recipe.task == "translation" else ""
     tok = data.tokenizer
+    tokenizer = (f"the tokenizer file `{Path(tok.path or '').name}`" if tok.type == "file"
+                 else f"{tok.type.upper()} tokenizer, {tok.vocab_size:,} entries")
     return (f"{where}{pair}; splits `{data.train_split}` / `{data.valid_split}` / "
             f"`{data.test_split}`; examples longer than {data.max_len} tokens dropped; "
-            f"{tok.type.upper()} tokenizer, {tok.vocab_size:,} entries")
+            f"{tokenizer}")
 
 
 def _how_to_load(task: str, hf: Any | None) -> list[str]:

@@ -1,10 +1,12 @@
 """Recipes: one YAML file describes a whole run; ``key=value`` overrides change it from the CLI.
 
-A recipe is read (:mod:`~normzoo.recipe.reading`), overridden
+A recipe is read (:mod:`~normzoo.recipe.reading`) with the recipes it builds on
+(:mod:`~normzoo.recipe.bases`), overridden
 (:mod:`~normzoo.recipe.overrides`) and validated once (:mod:`~normzoo.recipe.loading`) into a
 typed :class:`Recipe` (:mod:`~normzoo.recipe.schema`) that every layer receives as it is.
 """
 
+from normzoo.recipe.bases import merge, read_recipe
 from normzoo.recipe.loading import MODEL_LIMITS, from_dict, load
 from normzoo.recipe.overrides import apply_overrides, parse_override
 from normzoo.recipe.reading import read_yaml
@@ -36,6 +38,8 @@ __all__ = [
     "apply_overrides",
     "from_dict",
     "load",
+    "merge",
     "parse_override",
+    "read_recipe",
     "read_yaml",
 ]

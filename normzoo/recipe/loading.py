@@ -1,7 +1,8 @@
 """Turning plain data into a validated :class:`~normzoo.recipe.schema.Recipe`, with every
 problem reported at once under its key path (and a close-match suggestion for an unknown key).
 
-The flow: a YAML file (:mod:`~normzoo.recipe.reading`) -> overrides
+The flow: a YAML file (:mod:`~normzoo.recipe.reading`) with its bases merged in
+(:mod:`~normzoo.recipe.bases`) -> overrides
 (:mod:`~normzoo.recipe.overrides`) -> :func:`from_dict` -> the schema, whose validators include
 the registry check of the model section. pydantic stops checking a section's cross-field rules
 once one of its fields is invalid; :func:`from_dict` therefore drops the invalid keys and
@@ -17,8 +18,10 @@ from typing import Any
 import pydantic
 
 from normzoo.errors import ConfigError, Problem
+from normzoo.recipe.bases import BASE_KEY, read_recipe
+from normzoo.recipe.optim import schedule_problems
 from normzoo.recipe.overrides import apply_overrides
-from normzoo.recipe.reading import check_shape, read_yaml
+from normzoo.recipe.reading import check_shape
 from normzoo.recipe.schema import FAMILY_OF_TASK, Recipe, section_problems
 from normzoo.registry.options import (
     boolean_numbers,
@@ -175,10 +178,14 @@ def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
     residual = model.get("residual", "pre")
     name, init = ((residual.get("name"), residual.get("init")) if isinstance(residual, dict)
                   else (residual, None))
+    optim = _section(left, "optim")
     return section_problems(left.get("task", "translation"), model.get("family"),
                             trainer.get("strategy", "auto"), name, init,
                             data.get("streaming", False), evaluation.get("average_last", 1),
-                            trainer.get("keep_checkpoints", 5))
+                            trainer.get("keep_checkpoints", 5)) + schedule_problems(
+        optim.get("schedule", "inverse_sqrt"), optim.get("warmup_steps", 4000),
+        optim.get("decay_steps"), optim.get("decay_fraction", 0.2),
+        trainer.get("max_steps", 100_000), "max_steps" in trainer)
 
 
 def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
@@ -193,7 +200,11 @@ def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     check_shape(data, "invalid recipe")
     problems: list[Problem] = []
     for key in data:
-        if key not in Recipe.model_fields:
+        if key == BASE_KEY:  # plain data (an override, a checkpoint's recipe) has no folder
+            problems.append(Problem(BASE_KEY, "names the recipe file a recipe file builds on; "
+                                    "it is read with the file (normzoo.recipe.load), not set "
+                                    "by an override or in plain data"))
+        elif key not in Recipe.model_fields:
             problems.append(Problem(key_name(key), "unknown section"
                                     + close_match(str(key), list(Recipe.model_fields))))
     known, found = _prechecked({k: v for k, v in data.items() if k in Recipe.model_fields})
@@ -211,7 +222,8 @@ def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override and validate a recipe file. Whether this machine can run it is the run's
+    """Read (its bases merged in: :mod:`~normzoo.recipe.bases`), override and validate a
+    recipe file. Whether this machine can run it is the run's
     question, not the recipe's: ``train``, ``sweep`` and ``recipe validate`` ask it next
     (:func:`normzoo.run.machine.check_machine`)."""
-    return from_dict(apply_overrides(read_yaml(path), overrides or []))
+    return from_dict(apply_overrides(read_recipe(path), overrides or []))

@@ -6,6 +6,10 @@ point somewhere else (or nowhere), and ``~`` means nothing to Python's file func
 recipe loaded for training gets its paths resolved (:func:`resolve_paths`) before anything
 stores it; ``--data-dir`` re-points a moved corpus later.
 
+A tokenizer file (``data.tokenizer.path``) is resolved as ``data.dir`` is, relative to the
+folder ``normzoo`` runs in (a recipe's ``base`` files, by contrast, are relative to the recipe
+that names them: they are part of the recipe, not of the run's inputs).
+
 Whether the files are there is checked by ``normzoo recipe validate`` and ``normzoo train``
 (:func:`input_problems`), not by every load: checkpoints, sweeps and tests read recipes whose
 data is elsewhere, or not prepared yet.
@@ -33,13 +37,18 @@ def _hub_folder(path: str) -> bool:
 
 
 def resolve_paths(recipe: Recipe) -> Recipe:
-    """``recipe`` with ``data.dir``, a local ``data.path`` and ``init.from`` resolved
-    (:func:`local_path`); the same recipe when there is nothing to resolve."""
+    """``recipe`` with ``data.dir``, a local ``data.path``, a tokenizer file
+    (``data.tokenizer.path``) and ``init.from`` resolved (:func:`local_path`); the same recipe
+    when there is nothing to resolve."""
     data, changes = recipe.data, {}
     if data.dir:
         changes["dir"] = local_path(data.dir)
     if data.source == "hub" and data.path and _hub_folder(data.path):
         changes["path"] = local_path(data.path)
+    tokenizer = data.tokenizer
+    if tokenizer.type == "file" and tokenizer.path and local_path(tokenizer.path) != \
+            tokenizer.path:
+        changes["tokenizer"] = tokenizer.model_copy(update={"path": local_path(tokenizer.path)})
     update = {}
     if changes and any(getattr(data, key) != value for key, value in changes.items()):
         update["data"] = data.model_copy(update=changes)
@@ -59,10 +68,29 @@ def split_files(recipe: Recipe) -> dict[str, list[Path]]:
             for role, split in splits.items()}
 
 
+def _tokenizer_problems(recipe: Recipe, resuming: bool) -> list[Problem]:
+    """A tokenizer file (``data.tokenizer.type: file``) that is not there, not a tokenizer,
+    or without normzoo's special tokens; read now, so that ``recipe validate`` and ``train``
+    say so before any data is read. Not read when the run takes its tokenizer from a
+    checkpoint: its own (``resuming``) or that of ``init.from``."""
+    tokenizer = recipe.data.tokenizer
+    if tokenizer.type != "file" or not tokenizer.path or resuming or recipe.init.checkpoint:
+        return []
+    from normzoo.data.tokenizer import Tokenizer
+    from normzoo.errors import NormzooError
+
+    try:
+        Tokenizer.load(os.path.expanduser(tokenizer.path))
+    except NormzooError as error:
+        return [Problem("data.tokenizer.path", str(error))]
+    return []
+
+
 def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
     """What a run of ``recipe`` would read and is not there: the folder and split files of a
-    ``files`` corpus, a local hub folder, the weights of ``init.from`` (not when
-    ``resuming``: a resumed run has its weights from its own checkpoint)."""
+    ``files`` corpus, a local hub folder, a tokenizer file, the weights of ``init.from``
+    (neither of the last two when ``resuming``: a resumed run has its weights and tokenizer
+    from its own checkpoint)."""
     problems = []
     data = recipe.data
     if data.source == "files" and data.dir:
@@ -82,6 +110,7 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
             problems.append(Problem("data.path", f"the local dataset folder {folder} does not "
                                     "exist"))
     init = recipe.init.checkpoint
+    problems += _tokenizer_problems(recipe, resuming)
     if init and not resuming:
         path = Path(os.path.expanduser(init))
         if not path.exists():

@@ -10,20 +10,15 @@ under the section's path.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, create_model, field_validator, model_validator
 
 from normzoo.errors import Problem
 from normzoo.models.config import ModelConfig
+from normzoo.recipe.optim import OptimConfig, schedule_problems
+from normzoo.recipe.section import Section
 from normzoo.registry.options import rule_error
 
 Task = Literal["translation", "mlm", "causal_lm"]
@@ -58,18 +53,22 @@ def section_problems(task: Any, family: Any, strategy: Any, residual: Any, resid
     return [problem for problem in problems if problem is not None]
 
 
-class _Section(BaseModel):
-    # nan and infinity pass range checks such as gt=0 (inf > 0) and mean nothing in a recipe.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+_Section = Section
 
 
 class TokenizerConfig(_Section):
-    """Subword tokenizer trained on the training split (cached by content hash).
+    """Subword tokenizer trained on the training split (cached by content hash), or, with
+    ``type: file``, an existing Hugging Face ``tokenizers`` JSON at ``path``, used as it is
+    (the training settings below are then not used). ``path`` is relative to the folder
+    ``normzoo`` runs in, as ``data.dir`` is.
 
     Translation uses one joint source/target vocabulary, so embeddings can be shared.
     """
 
-    type: Literal["bpe", "unigram"] = "bpe"
+    type: Literal["bpe", "unigram", "file"] = "bpe"
+    path: str | None = Field(
+        default=None, description="type file: the tokenizer.json to use (one saved by "
+        "tokenizers, e.g. a run's own); it needs normzoo's special tokens at ids 0-4")
     vocab_size: int = Field(default=8000, ge=64, le=2**24)
     min_frequency: int = Field(default=2, ge=1)
     lowercase: bool = False
@@ -77,6 +76,12 @@ class TokenizerConfig(_Section):
         default=1_000_000, gt=0,
         description="train on a seeded sample of this many training examples (null: all)")
     sample_seed: int = Field(default=0, description="seed of that sample")
+
+    @model_validator(mode="after")
+    def _file_has_a_path(self) -> TokenizerConfig:
+        if self.type == "file" and not self.path:
+            raise rule_error(Problem("path", "required when type is 'file'"))
+        return self
 
 
 class DataConfig(_Section):
@@ -129,30 +134,6 @@ class DataConfig(_Section):
                                     "batch"))
         if problems:
             raise rule_error(*problems)
-        return self
-
-
-Beta = Annotated[float, Field(ge=0, lt=1)]  # what torch.optim.AdamW accepts
-
-
-class OptimConfig(_Section):
-    """AdamW with a warm-up then inverse-square-root or cosine decay."""
-
-    lr: float = Field(default=5e-4, gt=0)
-    betas: tuple[Beta, Beta] = (0.9, 0.98)
-    eps: float = Field(default=1e-8, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    schedule: Literal["inverse_sqrt", "cosine", "constant"] = "inverse_sqrt"
-    warmup_steps: int = Field(default=4000, ge=0)
-    min_lr: float = Field(default=0.0, ge=0)
-    clip_norm: float = Field(default=0.0, ge=0, description="0 disables gradient clipping")
-    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
-
-    @model_validator(mode="after")
-    def _floor_below_peak(self) -> OptimConfig:
-        if self.min_lr > self.lr:
-            raise rule_error(Problem("min_lr", f"{self.min_lr} is above the peak learning "
-                                     f"rate lr={self.lr}"))
         return self
 
 
@@ -346,6 +327,10 @@ class Recipe(_Section):
                                     residual.name, residual.options.get("init"),
                                     self.data.streaming, self.eval.average_last,
                                     self.trainer.keep_checkpoints)
+        optim = self.optim
+        problems += schedule_problems(optim.schedule, optim.warmup_steps, optim.decay_steps,
+                                      optim.decay_fraction, self.trainer.max_steps,
+                                      "max_steps" in self.trainer.model_fields_set)
         if problems:
             raise rule_error(*problems)
         return self

@@ -24,12 +24,24 @@ FP32_TRAINING_BYTES = 16
 DIAGNOSE_BYTES = 8
 
 
+def _vocabulary(recipe: Recipe) -> int:
+    """The tokenizer's size: a tokenizer file's own (its vocab_size setting is not used), or
+    the setting where the file cannot be read (``recipe validate`` says why)."""
+    tokenizer = recipe.data.tokenizer
+    if tokenizer.type == "file" and tokenizer.path:
+        from tokenizers import Tokenizer
+
+        with contextlib.suppress(Exception):  # the library raises bare Exceptions
+            return Tokenizer.from_file(os.path.expanduser(tokenizer.path)).get_vocab_size()
+    return tokenizer.vocab_size
+
+
 def parameter_count(recipe: Recipe) -> int:
     """The model's parameters, counted from the recipe without building it: its matrices and
     embeddings (biases, norms and scheme gains, well under 1% of a model, are left out), so a
     lower bound of what :func:`normzoo.models.assemble` builds."""
     m = recipe.model
-    d, vocab = m.d_model, m.vocab_size or recipe.data.tokenizer.vocab_size
+    d, vocab = m.d_model, m.vocab_size or _vocabulary(recipe)
     cross = m.family == "encoder_decoder"
     ffn = (3 if m.activation in ("swiglu", "geglu") else 2) * d * m.ffn_dim
     kv = d // m.heads * (m.kv_heads or m.heads)  # k and v's width: narrower with GQA

@@ -8,15 +8,17 @@ its old and new value.
 A resume continues *the same experiment* where it stopped, so what may change is what does
 not decide the result of a training step:
 
-* how long it runs: ``trainer.max_steps`` (not below the step resumed from; under a cosine
-  schedule a new length re-stretches the decay from here on, which is said), ``max_epochs``,
+* how long it runs: ``trainer.max_steps`` (not below the step resumed from; under a cosine,
+  linear or wsd schedule a new length re-stretches or moves the decay from here on, which is
+  said; a wsd run resumed during its stable phase with a longer length is the schedule's
+  point: its decay moves to the new end), ``max_epochs``,
   ``max_time``;
 * how often it validates, checkpoints and logs, and where to: ``trainer.val_every_steps``,
   ``log_every_steps``, ``progress_bar``, ``loggers``, ``keep_checkpoints``,
   ``slurm_requeue``, ``diagnostics.every_steps`` and the whole ``run`` section (run
   directory, tracker names);
 * where its inputs are now: ``data.dir`` (a moved corpus; the run keeps the tokenizer of
-  its checkpoint);
+  its checkpoint), ``data.tokenizer.path`` (a moved tokenizer file; likewise);
 * how the same computation runs: ``model.attention_impl`` (:data:`COMPUTE_ONLY`),
   ``trainer.compile``, ``trainer.accelerator``, ``data.num_workers``;
 * how the final test is decoded: ``eval.beam``, ``lenpen``, ``max_len_a``, ``max_len_b``,
@@ -52,6 +54,7 @@ from normzoo.checkpoints.atomic import remove_stale_temporaries
 from normzoo.errors import NormzooError
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
+from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
 from normzoo.run.directory import RunDirectoryExists, run_directory_override
 
 
@@ -119,7 +122,7 @@ RESUMABLE = frozenset({
     "trainer.max_steps", "trainer.max_epochs", "trainer.max_time",
     "trainer.val_every_steps", "trainer.log_every_steps", "trainer.progress_bar",
     "trainer.loggers", "trainer.keep_checkpoints", "trainer.slurm_requeue",
-    "diagnostics.every_steps", "data.dir", "data.num_workers",
+    "diagnostics.every_steps", "data.dir", "data.tokenizer.path", "data.num_workers",
     "trainer.compile", "trainer.accelerator", "eval.average_last",
     *(f"model.{key}" for key in COMPUTE_ONLY), *DECODING,
 })
@@ -237,8 +240,9 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
         change = Change(key, old.get(key), new.get(key))
         why = _refusal(change, theirs, step)
         if why is None:
-            if key == "trainer.max_steps" and theirs["optim"].get("schedule") == "cosine":
-                change = Change(key, change.old, change.new, "the cosine decay now ends at "
+            schedule = theirs["optim"].get("schedule")
+            if key == "trainer.max_steps" and schedule in ENDS_AT_MAX_STEPS:
+                change = Change(key, change.old, change.new, f"the {schedule} decay now ends at "
                                 f"step {change.new}: the learning rate from here on follows "
                                 "the new length")
             accepted.append(change)

@@ -8,18 +8,42 @@ from collections.abc import Callable
 import torch
 
 from normzoo.recipe import OptimConfig
+from normzoo.recipe.optim import decay_length
+
+# The decays' shapes, from 1 at progress 0 to 0 at progress 1 (transformers' get_wsd_schedule
+# has the same three).
+DECAY_SHAPES: dict[str, Callable[[float], float]] = {
+    "linear": lambda progress: 1.0 - progress,
+    "cosine": lambda progress: 0.5 * (1.0 + math.cos(math.pi * progress)),
+    "1-sqrt": lambda progress: 1.0 - math.sqrt(progress),  # Hägele et al. (2024)
+}
 
 
 def lr_factor(config: OptimConfig, max_steps: int) -> Callable[[int], float]:
     """Multiplier of the peak learning rate at optimizer step ``step`` (0-based).
 
-    * ``inverse_sqrt`` (Vaswani et al., fairseq): linear warm-up to the peak, then
-      ``sqrt(warmup / step)``; with no warm-up the rate stays at the peak.
-    * ``cosine``: linear warm-up, then cosine decay to ``min_lr`` at ``max_steps``.
-    * ``constant``: linear warm-up, then the peak.
+    Every schedule warms up linearly from 0 over ``warmup_steps``; then:
+
+    * ``inverse_sqrt`` (Vaswani et al., fairseq): ``sqrt(warmup / step)``; with no warm-up the
+      rate stays at the peak.
+    * ``cosine``: cosine decay to ``min_lr`` at ``max_steps``.
+    * ``linear``: linear decay to ``min_lr`` at ``max_steps`` (transformers'
+      ``get_linear_schedule_with_warmup`` when ``min_lr`` is 0).
+    * ``wsd`` (warm-up, stable, decay; Hu et al. 2024, Hägele et al. 2024): the peak until the
+      last :func:`~normzoo.recipe.optim.decay_length` steps, which decay to ``min_lr`` at
+      ``max_steps`` in ``decay_shape`` (transformers' ``get_wsd_schedule``, whose warm-up
+      starts at ``min_lr`` rather than 0).
+    * ``constant``: the peak.
+
+    Step ``s`` here is step ``s + 1`` of transformers' schedules: the first update already
+    learns (a non-zero rate), and the last of ``max_steps`` updates is at ``min_lr``.
     """
     warmup = config.warmup_steps
     floor = config.min_lr / config.lr
+    decay = decay_length(config.decay_steps, config.decay_fraction, max_steps)
+
+    def ends_at_floor(progress: float, shape: str) -> float:
+        return floor + (1 - floor) * DECAY_SHAPES[shape](min(progress, 1.0))
 
     def factor(step: int) -> float:
         step = step + 1  # the first update already uses a non-zero rate
@@ -27,10 +51,17 @@ def lr_factor(config: OptimConfig, max_steps: int) -> Callable[[int], float]:
             return step / warmup
         if config.schedule == "inverse_sqrt":
             return math.sqrt(warmup / step) if warmup else 1.0
+        span = max(max_steps - warmup, 1)
         if config.schedule == "cosine":
-            span = max(max_steps - warmup, 1)
-            progress = min((step - warmup) / span, 1.0)
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+            return ends_at_floor((step - warmup) / span, "cosine")
+        if config.schedule == "linear":
+            # As transformers' has it: at the floor at max_steps even when the warm-up
+            # leaves no step to decay over (where cosine, as transformers', is at the peak).
+            return ends_at_floor(1 - (max_steps - step) / span, "linear")
+        if config.schedule == "wsd":
+            start = max_steps - decay  # validation keeps it at or after the warm-up
+            return 1.0 if step < start else ends_at_floor((step - start) / decay,
+                                                          config.decay_shape)
         return 1.0
 
     return factor
