@@ -32,7 +32,7 @@ PROMPTS = [" ".join(s.split()[:2]) for s, _ in builtin.generate("test", size=100
 SMALL = ["model.d_model=32", "model.heads=4", "model.kv_heads=2", "model.ffn_dim=96",
          "model.decoder_layers=2", "model.max_positions=64", "data.source=files",
          "data.tokenizer.vocab_size=200", "data.max_tokens=512", "data.max_len=64",
-         "data.train_limit=300", "data.valid_limit=16", "optim.lr=3e-3",
+         "data.train_limit=300", "data.valid_limit=16", "data.valid_split=valid", "optim.lr=3e-3",
          "optim.warmup_steps=5", "trainer.max_steps=30", "trainer.val_every_steps=30",
          "trainer.precision=32-true"]
 
@@ -43,13 +43,17 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _train(root: Path, name: str, *overrides: str) -> Path:
-    """``last.ckpt`` of 30 steps of ``recipes/gpt_llama.yaml`` made small, with ``overrides``."""
+    """``last.ckpt`` of 30 steps of ``recipes/gpt_llama.yaml`` made small, with ``overrides``
+    (trained once per module: the tests share it)."""
+    checkpoint = root / name / "checkpoints" / "last.ckpt"
+    if checkpoint.is_file():
+        return checkpoint
     recipe = recipes.load(ROOT / "recipes" / "gpt_llama.yaml",
                           [*SMALL, f"data.dir={root}", f"run.dir={root / name}", *overrides])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NORMZOO_CACHE", str(root / "cache"))
         train.run(recipe, f"{name}.yaml")
-    return root / name / "checkpoints" / "last.ckpt"
+    return checkpoint
 
 
 @pytest.mark.parametrize(("name", "overrides", "tied"), [

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from normzoo import recipe as recipes
 from normzoo.errors import ConfigError, NormzooError
 from normzoo.recipe import Recipe, apply_overrides, from_dict, load, parse_override
+from normzoo.recipe.bases import read_recipe
 
 RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
 
@@ -48,7 +49,7 @@ def test_the_recipes_folder_is_not_empty():
 def test_every_shipped_recipe_loads_and_round_trips(path: Path):
     recipe = load(path)
     assert isinstance(recipe, Recipe)
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw = read_recipe(path)  # with what it builds on merged in
     assert recipe.task == raw["task"]
     assert recipe.model.family == recipes.FAMILY_OF_TASK[recipe.task]
     residual = raw["model"]["residual"]  # a name, or a mapping with options
