@@ -18,8 +18,7 @@ from normzoo import recipe as recipes
 from normzoo.cli import app
 from normzoo.data import builtin
 from normzoo.data.tokenizer import PAD
-from normzoo.export.hf.llama import llama_target
-from normzoo.export.hf.plain import NotMappable, plain_model
+from normzoo.export.hf.llama import llama_target, why_not_llama
 from normzoo.models import assemble
 from normzoo.models.config import ModelConfig
 from normzoo.run import training as train
@@ -72,7 +71,7 @@ def test_a_gpt_llama_run_exports_as_llama_with_normzoos_logits_and_greedy_text(
     assert type(hf_model).__name__ == "LlamaForCausalLM"
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["num_key_value_heads"] == 2 and config["num_attention_heads"] == 4
-    assert config["tie_word_embeddings"] is tied
+    assert config["tie_word_embeddings"] is tied and config["rope_theta"] == 10000.0
     loaded = normzoo.load(checkpoint)
 
     batch = tokenizer(PROMPTS[:20], return_tensors="pt", padding=True, padding_side="right")
@@ -109,20 +108,31 @@ SIZES = {"family": "decoder", "encoder_layers": 0, "decoder_layers": 2, "d_model
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    ({"residual": "peri"}, "Peri-LN normalises"),
-    ({"residual": "deepnorm"}, "positions is rope"),
-    ({"norm": "layernorm"}, "positions is rope"),
-    ({"bias": True}, "positions is rope"),
-    ({"activation": "gelu"}, "positions is rope"),
+    ({"residual": "peri"}, "(model.residual: peri), not Pre-LN's"),
+    ({"residual": "deepnorm"}, "layer 0's residual is DeepNormResidual"),
+    ({"residual": {"name": "mixln", "post_fraction": 0.5}}, "layer 0's residual is PostLN"),
+    ({"norm": "layernorm"}, "layer 0's norm is LayerNorm, not RMSNorm"),
+    ({"norm": "rmsnorm", "bias": True}, "it has biases"),
+    ({"activation": "gelu"}, "model.activation is gelu, not swiglu"),
+    ({"positions": "learned"}, "model.positions is learned, not rope"),
 ])
-def test_what_is_not_a_llama_is_not_written_as_one(change: dict, why: str):
-    """One difference from a Llama and the model goes to the plain targets, which say why
-    they cannot take it."""
+def test_what_is_not_a_llama_is_not_written_as_one_and_says_why(change: dict, why: str):
+    """One difference from a Llama and the model is not mapped onto one; the reason is what
+    a rotary model's refusal says (no other target takes rotary positions)."""
     config = ModelConfig.parse({**SIZES, **change})
     model = assemble(config, vocab_size=50)
     assert llama_target(model, config.residual.name) is None
-    with pytest.raises(NotMappable, match=why):
-        plain_model(model, config.residual.name)
+    assert why in why_not_llama(model)
+
+
+def test_a_rotary_model_that_is_not_a_llama_is_refused_with_the_reason(workspace: Path,
+                                                                       tmp_path: Path):
+    checkpoint = _train(workspace, "peri", "model.residual=peri")
+    result = runner.invoke(app, ["export", str(checkpoint), "--format", "hf",
+                                 "--out", str(tmp_path / "hf")])
+    assert result.exit_code == 2
+    assert "rotary positions export only as LlamaForCausalLM" in result.output
+    assert "(model.residual: peri)" in result.output and not (tmp_path / "hf").exists()
 
 
 def test_a_llama_maps_every_weight_once():

@@ -18,7 +18,7 @@ from normzoo.errors import ConfigError, NormzooError
 from normzoo.recipe import Recipe, apply_overrides, from_dict, load, parse_override
 from normzoo.recipe.bases import read_recipe
 
-RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("**/*.yaml"))
 
 
 def problems(data, **kwargs) -> dict[str, str]:

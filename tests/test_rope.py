@@ -126,3 +126,16 @@ def test_a_rope_encoder_tells_positions_apart():
     # Without positions, bidirectional attention is blind to order: token 5 at positions 0 and
     # 2 would get one state. Rotations make its distances to 6 and 7 differ, and the states too.
     assert not torch.allclose(hidden[0, 0], hidden[0, 2], atol=1e-4)
+
+
+def test_a_table_made_under_inference_mode_does_not_break_training():
+    """Generating under ``torch.inference_mode`` and then training the same module (a library
+    user's loop) rebuilds cos/sin outside inference mode rather than failing in backward."""
+    rotary = RotaryEmbedding(8)
+    q = torch.randn(1, 2, 5, 8)
+    with torch.inference_mode():
+        rotary(q, q)
+    q = q.clone().requires_grad_()
+    rq, rk = rotary(q, q)
+    (rq * rk).sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()

@@ -145,3 +145,17 @@ def test_a_run_from_init_from_or_resuming_does_not_read_the_file(tmp_path: Path)
     started = from_dict(tiny(data={"tokenizer": {"type": "file", "path": "gone.json"}},
                              init={"from": str(tmp_path / "x.ckpt")}))
     assert [p.path for p in input_problems(started)] == ["init.from"]
+
+
+def test_a_files_own_truncation_and_padding_are_switched_off(tmp_path: Path):
+    """A tokenizer saved with truncation and padding on would cut and pad every sentence
+    silently; normzoo batches and cuts to the recipe's lengths itself."""
+    backend = word_level(tmp_path / "words.json", list(SPECIALS))
+    text = "the big dogs saw a small cat"
+    whole = backend.encode(text, add_special_tokens=False).ids
+    backend.enable_truncation(max_length=3)
+    backend.enable_padding(pad_id=0, pad_token=SPECIALS[0], length=12)
+    backend.save(str(tmp_path / "cut.json"))
+    loaded = Tokenizer.load(tmp_path / "cut.json")
+    assert loaded.encode(text) == whole and len(whole) > 3
+    assert [len(ids) for ids in loaded.encode_batch([text, "cat"])] == [len(whole), 1]

@@ -27,10 +27,22 @@ def rebuild(saved: SavedModel, differences: list[str]) -> tuple[Recipe, Transfor
     return recipe, model
 
 
+def as_written(data: Any) -> Any:
+    """A saved recipe read with the meaning it was written with: in normzoo 0.1 (whose saved
+    model sections have no ``embed_scale``, added with rotary positions) ``model.bias: false``
+    removed the projections' biases only, kept the norms' and the masked-LM head's, and its
+    checkpoints hold them: it is ``bias_scope: linear`` now."""
+    model = data.get("model") if isinstance(data, dict) else None
+    if (isinstance(model, dict) and model.get("bias") is False and "embed_scale" not in model
+            and "bias_scope" not in model):
+        return {**data, "model": {**model, "bias_scope": "linear"}}
+    return data
+
+
 def _recipe(data: Any, source: str, differences: list[str]) -> Recipe:
     """The saved recipe, its problems (if any) reported as the checkpoint's, not the user's."""
     try:
-        return from_dict(data)
+        return from_dict(as_written(data))
     except ConfigError as error:
         title = f"{source} holds an invalid recipe"
         if differences:
@@ -88,7 +100,7 @@ def _cause(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
     extra = [k for k in state if k not in model.state_dict()]
     config = getattr(model, "config", None)
     if extra and all(k.endswith("bias") for k in extra) and not getattr(config, "bias", True):
-        return ("its recipe has model.bias: false, which once left the biases of norms and of "
-                "the masked-LM head in place and now removes them; it was written by an older "
-                "normzoo")
+        return ("its recipe has model.bias: false, which in normzoo 0.1 left the biases of norms "
+                "and of the masked-LM head in place and now removes them; it was written by an "
+                "older normzoo: add model.bias_scope=linear to build the model it was")
     return "was one of them edited?"

@@ -127,6 +127,10 @@ class Tokenizer:
         problem = special_token_problem(backend)
         if problem is not None:
             raise NormzooError(f"{path}: {problem}")
+        # A file saved with truncation or padding switched on would cut and pad every
+        # sentence silently; normzoo's batching does both itself, to the recipe's lengths.
+        backend.no_truncation()
+        backend.no_padding()
         return cls(backend)
 
 

@@ -25,7 +25,7 @@ def norm_maker(config: ModelConfig) -> Callable[[int], nn.Module]:
     """``width -> fresh norm`` for the configured norm and options (without its bias where
     the model has none, ``model.bias: false``)."""
     factory = norm_factory(config.norm.name)
-    options = norm_options(factory, config.norm.options, config.bias)
+    options = norm_options(factory, config.norm.options, config.norm_bias)
 
     def make_norm(width: int) -> nn.Module:
         try:

@@ -71,6 +71,12 @@ class ModelConfig(BaseModel):
     bias: bool = Field(
         default=True, description="biases in linear layers, norms and the masked-LM head"
     )
+    bias_scope: Literal["all", "linear"] = Field(
+        default="all",
+        description="what bias: false removes: all biases, or (linear) only those of the "
+        "attention and feed-forward projections, keeping the norms' and the masked-LM head's, "
+        "as normzoo 0.1 did; its checkpoints load as linear",
+    )
     tie_output: bool = Field(default=True, description="output projection = token embedding")
     share_embeddings: bool = Field(
         default=True, description="encoder and decoder share one embedding (joint vocabulary)"
@@ -139,6 +145,12 @@ class ModelConfig(BaseModel):
             raise ConfigError([Problem("model.pad_id", f"{self.pad_id} is outside the "
                                        f"vocabulary ({vocab_size})")])
         return self.model_copy(update={"vocab_size": vocab_size})
+
+    @property
+    def norm_bias(self) -> bool:
+        """Whether norms and the masked-LM head keep their biases (``bias`` and
+        ``bias_scope``)."""
+        return self.bias or self.bias_scope == "linear"
 
     @property
     def registry_checked(self) -> bool:

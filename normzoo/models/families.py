@@ -61,18 +61,19 @@ class EncoderModel(TransformerModel):
     """BERT-style encoder with a masked-LM head (dense, activation, norm, tied projection).
 
     The head's dense bias and the output bias exist only where the model has biases
-    (``model.bias``), like every other bias.
+    (``model.bias``, ``model.bias_scope``), like the norms' biases.
     """
 
     def __init__(self, config: ModelConfig, encoder: EncoderStack, make_norm) -> None:
         super().__init__(config)
         self.embeddings = self._embeddings()
         self.encoder = encoder
-        self.head_dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.head_dense = nn.Linear(config.d_model, config.d_model, bias=config.norm_bias)
         self.head_norm = make_norm(config.d_model)
         tied = self.embeddings.tokens if config.tie_output else None
         self.output = OutputProjection(config.d_model, config.vocab_size, tied)
-        self.output_bias = nn.Parameter(torch.zeros(config.vocab_size)) if config.bias else None
+        self.output_bias = (nn.Parameter(torch.zeros(config.vocab_size)) if config.norm_bias
+                            else None)
 
     def encode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Contextual hidden states ``[B, T, dim]``."""

@@ -33,6 +33,9 @@ class ModelSection(Protocol):
     residual: Component
 
     @property
+    def norm_bias(self) -> bool: ...
+
+    @property
     def encoder_depth(self) -> int: ...
 
     @property
@@ -106,7 +109,7 @@ def _resolve_norm(config: ModelSection) -> tuple[Component | None, list[Problem]
         factory = norm_factory(name)
         options = validate_options(factory, config.norm.options, skip=1, where="norm")
         # the factory's own checks, e.g. groups | width
-        norm = factory(config.d_model, **norm_options(factory, options, config.bias))
+        norm = factory(config.d_model, **norm_options(factory, options, config.norm_bias))
     except NormzooError as error:
         return None, _problems(error, "norm")
     except (ValueError, TypeError) as error:
@@ -121,7 +124,7 @@ def bias_problem(config: ModelSection, norm: nn.Module, asked: bool) -> Problem 
     """``model.bias: false`` promises a model without biases: a norm option asking for one
     (``asked``) contradicts it, and a norm (a plugin) that keeps one with no option to drop it
     breaks it."""
-    if config.bias:
+    if config.norm_bias:
         return None
     if asked:
         return Problem("norm.bias", "true contradicts model.bias: false (a model without "

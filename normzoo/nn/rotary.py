@@ -63,8 +63,11 @@ class RotaryEmbedding(nn.Module):
     def cos_sin(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin ``[length, head_dim]`` (float32) of positions ``0 .. length-1``."""
         cached = self._cos
-        if cached is None or cached.shape[0] < length or cached.device != device:
-            size = max(length, 2 * cached.shape[0] if cached is not None else 0)
+        # A table made under inference_mode cannot be saved for a later backward pass.
+        stale = (cached is not None and cached.is_inference()
+                 and not torch.is_inference_mode_enabled())
+        if cached is None or stale or cached.shape[0] < length or cached.device != device:
+            size = max(length, 2 * cached.shape[0] if cached is not None and not stale else 0)
             positions = torch.arange(size, dtype=torch.float32, device=device)
             freqs = positions[:, None] * self.inverse_frequencies(device)[None, :]
             angles = torch.cat((freqs, freqs), dim=-1)

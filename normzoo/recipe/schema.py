@@ -81,6 +81,9 @@ class TokenizerConfig(_Section):
     def _file_has_a_path(self) -> TokenizerConfig:
         if self.type == "file" and not self.path:
             raise rule_error(Problem("path", "required when type is 'file'"))
+        if self.type != "file" and self.path:  # a forgotten type: file would train a new one
+            raise rule_error(Problem("path", f"is read only with type: file (type is "
+                                     f"{self.type}, which trains a tokenizer)"))
         return self
 
 

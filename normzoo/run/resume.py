@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from normzoo.checkpoints.atomic import remove_stale_temporaries
+from normzoo.checkpoints.rebuild import as_written
 from normzoo.errors import NormzooError
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
@@ -229,7 +230,7 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
         raise ResumeError(f"{path} is damaged: its recipe has no model section")
     defaults = Recipe().to_dict()
     defaults["model"] = ModelConfig().model_dump(mode="json")
-    theirs = _their_paths(_filled(theirs, defaults))
+    theirs = _their_paths(_filled(as_written(theirs), defaults))  # 0.1's bias: false
     old, new = _leaves(theirs), _leaves(recipe.to_dict())
     step = saved["global_step"]
     accepted: list[Change] = []

@@ -22,7 +22,7 @@ import torch
 from normzoo.data.tokenizer import BOS, EOS, PAD, SPECIALS
 from normzoo.errors import NormzooError
 from normzoo.export.hf.architectures import Target, target_for
-from normzoo.export.hf.llama import llama_target
+from normzoo.export.hf.llama import llama_target, why_not_llama
 from normzoo.export.hf.plain import NotMappable, PlainModel, plain_model
 
 # Largest |logit difference| an export may have; fp32 rounding gives ~1e-5 on trained models.
@@ -174,6 +174,9 @@ def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
 
     scheme = loaded.recipe.model.residual.name
     llama = llama_target(loaded.model, scheme)  # a Llama first: what decoders are served as
+    if llama is None and loaded.model.config.positions == "rope":  # only a Llama has them
+        raise NotMappable("rotary positions export only as LlamaForCausalLM, and this model is "
+                          f"not a Llama: {why_not_llama(loaded.model)}")
     plain, target = llama if llama is not None else (plain := plain_model(loaded.model, scheme),
                                                      target_for(plain))
     config, weights = target.build(plain, loaded.model.config)

@@ -1,7 +1,6 @@
 """A decoder that *is* a Llama, exported as ``LlamaForCausalLM``.
 
-``transformers``' Llama (and everything that reads its directories: vLLM, TGI, llama.cpp's
-``convert_hf_to_gguf.py``) computes, per layer,
+``transformers``' Llama (and what serves its directories, vLLM and TGI) computes, per layer,
 
     h = x + W_o attn(RoPE(W_q n), RoPE(W_k n), W_v n),  n = RMSNorm(x)
     y = h + W_down(silu(W_gate m) * (W_up m)),          m = RMSNorm(h)
@@ -41,29 +40,40 @@ def _rms(norm: nn.Module | None) -> RMSNorm | None:
     return norm if type(norm) is RMSNorm and norm.weight is not None else None
 
 
-def _is_llama(model: TransformerModel) -> bool:
-    """Whether every piece of ``model`` computes what Llama's counterpart does."""
+def why_not_llama(model: TransformerModel) -> str | None:
+    """The first piece of ``model`` that computes something other than Llama's counterpart,
+    in words, or ``None`` where it is a Llama."""
     config = model.config
-    if not isinstance(model, DecoderModel) or config.positions != "rope":
-        return False
-    if config.activation != "swiglu" or any(n.endswith("bias") for n, _ in
-                                            model.named_parameters()):
-        return False
+    if not isinstance(model, DecoderModel):
+        return f"it is a {config.family} model, not a decoder"
+    if config.positions != "rope":
+        return f"model.positions is {config.positions}, not rope"
+    if config.activation != "swiglu":
+        return f"model.activation is {config.activation}, not swiglu"
+    biases = [n for n, _ in model.named_parameters() if n.rpartition(".")[2] == "bias"]
+    if biases:
+        return f"it has biases ({biases[0]}, ...): model.bias must be false"
     stack = model.decoder
-    if not isinstance(stack.embedding_norm, nn.Identity) or type(stack.ends) is not StreamEnds:
-        return False
-    norms = [stack.ends.final_norm]
-    for layer in stack.layers:
+    norms = []
+    for i, layer in enumerate(stack.layers):  # the scheme first: the likeliest difference
         for residual in (layer.self_attn_residual, layer.ffn_residual):
             if type(residual) is not PreLNResidual:
-                return False
+                return (f"layer {i}'s residual is {type(residual).__name__} (model.residual: "
+                        f"{config.residual.name}), not Pre-LN's x + f(norm(x))")
+            if _rms(residual.norm) is None:
+                return (f"layer {i}'s norm is {type(residual.norm).__name__}, not RMSNorm "
+                        "with a learned scale")
             norms.append(residual.norm)
-        if getattr(layer, "cross_attn", None) is not None:
-            return False
-        for inner in (layer.self_attn.inner_norm, layer.ffn.inner_norm):
-            if not isinstance(inner, nn.Identity):
-                return False
-    return all(_rms(n) is not None for n in norms) and len({n.eps for n in norms}) == 1
+        if not all(isinstance(m.inner_norm, nn.Identity) for m in (layer.self_attn, layer.ffn)):
+            return f"layer {i} has norms inside its branches"
+    if not isinstance(stack.embedding_norm, nn.Identity):
+        return "it normalises its embeddings"
+    if type(stack.ends) is not StreamEnds or _rms(stack.ends.final_norm) is None:
+        return "its stack does not end in one RMSNorm with a learned scale"
+    norms.append(stack.ends.final_norm)
+    if len({n.eps for n in norms}) != 1:
+        return "its RMSNorms do not share one epsilon"
+    return None
 
 
 def llama_mapping(model: TransformerModel, scheme: str) -> PlainModel | None:
@@ -71,7 +81,7 @@ def llama_mapping(model: TransformerModel, scheme: str) -> PlainModel | None:
 
     The result is a :class:`PlainModel` whose weights already carry the target's names, so
     :func:`llama` only adds the config."""
-    if not _is_llama(model):
+    if why_not_llama(model) is not None:
         return None
     weights: dict[str, torch.Tensor] = {}
 
@@ -125,6 +135,9 @@ def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.
         tie_word_embeddings="lm_head.weight" not in plain.weights,
         pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
         architectures=[ARCHITECTURE], **rope)
+    # Also at the top level, where readers written for transformers 4 (vLLM, llama.cpp's
+    # converter) look for it and would otherwise assume 10,000.
+    hf_config.rope_theta = config.rope_base
     weights = dict(plain.weights)
     if hf_config.tie_word_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
