@@ -240,7 +240,11 @@ CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vo
                "model.pad_id", "model.encoder_layers", "model.decoder_layers", "optim.lr",
                "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming",
                "data.max_len", "data.max_tokens", "eval.average_last",
-               "trainer.keep_checkpoints", "model.kv_heads", "model.positions"}
+               "trainer.keep_checkpoints", "model.kv_heads", "model.positions",
+               # the schedule's rules tie it to trainer.max_steps and the warm-up; a tokenizer
+               # path goes with type: file
+               "optim.schedule", "optim.warmup_steps", "optim.decay_steps",
+               "optim.decay_fraction", "data.tokenizer.type", "data.tokenizer.path"}
 SAFE_TEXT = st.text(string.ascii_letters + string.digits + "_-/", min_size=1, max_size=12).filter(
     lambda s: s.lower() not in {"null", "~", "true", "false"})
 SPECIAL_VALID = {
@@ -260,7 +264,8 @@ def valid_values(leaf: Leaf) -> st.SearchStrategy[Any]:
         low = bounds["ge"] if "ge" in bounds else bounds.get("gt", -(10**9) - 1) + 1
         values: st.SearchStrategy[Any] = st.integers(int(low), int(bounds.get("le", 10**12)))
     elif kind is float:
-        values = st.floats(bounds.get("ge", bounds.get("gt", -1e6)), bounds.get("lt", 1e6),
+        values = st.floats(bounds.get("ge", bounds.get("gt", -1e6)),
+                           bounds.get("le", bounds.get("lt", 1e6)),
                            exclude_min="gt" in bounds, exclude_max="lt" in bounds,
                            allow_nan=False, allow_infinity=False)
     elif kind is bool:
@@ -814,8 +819,8 @@ def test_duplicate_keys_are_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="duplicate key 'd_model'"):
         load(write_text(tmp_path / "r.yaml", "model: {d_model: 64, d_model: 32}\n"))
     # A merge key may still be overridden: that is what it is for.
-    merged = "base: &b {d_model: 64, heads: 4}\nmodel: {<<: *b, heads: 8}\n"
-    with pytest.raises(ConfigError, match="base: unknown section"):
+    merged = "sizes: &b {d_model: 64, heads: 4}\nmodel: {<<: *b, heads: 8}\n"
+    with pytest.raises(ConfigError, match="sizes: unknown section"):
         load(write_text(tmp_path / "r.yaml", merged))
 
 
