@@ -9,9 +9,10 @@ side of Multi30k (the commands are in COMMANDS). **Collect** copies each finishe
 into ``docs/study-llama/data/<dataset>/`` (``study_files.py``); **render** writes the report from
 those files alone, so every number in it is in the repository.
 
-A scheme is said to differ from Pre-LN only where the means of the two differ by more than the
-larger standard deviation over seeds of the two; the runs keep no per-token test losses, so no
-p-value is given, and two seeds make that spread a rough one (the report says so).
+A scheme is said to differ from Pre-LN only where the means of the two differ by more than
+twice the larger standard deviation over seeds of the two (SPREADS); the runs keep no per-token
+test losses, so no p-value is given, and two seeds make that spread a rough one (the report says
+so).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ FIGURES = ROOT / "docs" / "study-llama"
 REPORT = ROOT / "docs" / "study-llama.md"
 RECIPE = "recipes/studies/llama_schemes.yaml"
 STUDY_COMMIT = "0d0ecfe"  # the sweeps run from a clone at this commit
+SPREADS = 2.0  # a difference must exceed this many of the larger standard deviation over seeds
 SCHEMES = {"pre": "Pre-LN", "peri": "Peri-LN", "mixln": "Mix-LN", "deepnorm": "DeepNorm"}
 _SWEEP = (f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE}")
 _GRID = "--set seed=1,2 --set model.residual=pre,peri,mixln,deepnorm --diagnose"
@@ -57,6 +59,8 @@ class Cell:
         self.test_loss, self.test_ppl = as_float(test.get("loss")), as_float(test.get("ppl"))
         losses = read_csv(folder / "loss.csv")
         self.val = curve(losses, "val_loss")
+        train = curve(losses, "train_loss")
+        self.train_loss = train[-1][1] if train else None
         self.minutes, _ = minutes_of(losses)
         self.diagnose = read_csv(folder / "diagnose.csv")
 
@@ -84,13 +88,13 @@ def _stat(values: list[float | None], digits: int = 3) -> str:
 
 def table(cells: list[Cell]) -> list[str]:
     lines = ["| scheme | seeds | test loss | test perplexity | minus Pre-LN (loss) | verdict | "
-             "grad norm last/first, init | stream norm last/first, end | steps, stopped | "
-             "training min |", "|" + "---|" * 10]
+             "last train loss | grad norm last/first, init | stream norm last/first, end | "
+             "steps, stopped | training min |", "|" + "---|" * 11]
     pre = [c.test_loss for c in cells if c.scheme == "pre" and c.test_loss is not None]
     for scheme, label in SCHEMES.items():
         mine = [c for c in cells if c.scheme == scheme]
         if not mine:
-            lines.append(f"| {label} | 0 | pending | | | | | | | |")
+            lines.append(f"| {label} | 0 | pending | | | | | | | | |")
             continue
         losses = [c.test_loss for c in mine if c.test_loss is not None]
         diff, verdict = "–", "–"
@@ -98,12 +102,13 @@ def table(cells: list[Cell]) -> list[str]:
             delta = mean_sd(losses)[0] - mean_sd(pre)[0]
             spread = max(mean_sd(losses)[1], mean_sd(pre)[1])
             diff = f"{delta:+.3f}"
-            verdict = (("better" if delta < 0 else "worse") if abs(delta) > spread
+            verdict = (("better" if delta < 0 else "worse") if abs(delta) > SPREADS * spread
                        else "within the seeds' spread")
         stops = sorted({f"{c.steps}, {c.stopped.split(':')[0]}" for c in mine})
         lines.append(
             f"| {label} | {len(mine)} | {_stat(losses)} | "
             f"{_stat([c.test_ppl for c in mine], 2)} | {diff} | {verdict} | "
+            f"{_stat([c.train_loss for c in mine])} | "
             f"{_stat([c.ratio('grad_norm', 'init') for c in mine], 2)} | "
             f"{_stat([c.ratio('stream_norm', 'final') for c in mine], 2)} | "
             f"{'; '.join(stops)} | {_stat([c.minutes for c in mine], 1)} |")
@@ -160,7 +165,7 @@ def render(cells: list[Cell]) -> str:
         "CPU (AMD EPYC) shared with the depth study's two processes; no GPU was lent. "
         f"Cells: {len(cells)} of {4 * 2 * len(DATASETS)}; {hours:.1f} h of training in all.", "",
         "Rule: a scheme is *better* or *worse* than Pre-LN only where the means of their test "
-        "losses differ by more than the larger standard deviation over seeds of the two. "
+        "losses differ by more than twice the larger standard deviation over seeds of the two. "
         "Two seeds make that spread rough, and the runs keep no per-token test losses, so no "
         "p-value is given; 800 updates at this size is a short-horizon comparison, not the "
         "papers' scale (they train 100M–7B models for billions of tokens).", "",

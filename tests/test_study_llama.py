@@ -1,6 +1,6 @@
 """``benchmarks/study_llama.py``: the schemes-in-a-Llama report is built from the sweeps' files
 alone, renders while cells are missing, and calls a scheme better or worse than Pre-LN only
-beyond the seeds' spread."""
+beyond twice the seeds' spread."""
 
 from __future__ import annotations
 
@@ -64,15 +64,18 @@ def test_verdicts_follow_the_spread_rule_and_missing_cells_are_pending(report):
         ("builtin", "pre", "1"): 3.00, ("builtin", "pre", "2"): 3.02,
         ("builtin", "peri", "1"): 2.80, ("builtin", "peri", "2"): 2.82,  # far beyond
         ("builtin", "mixln", "1"): 3.00, ("builtin", "mixln", "2"): 3.04,  # within
+        ("builtin", "deepnorm", "1"): 3.03, ("builtin", "deepnorm", "2"): 3.03,  # 1.4 sd: within
     })
     assert _row(text, "builtin", "Peri-LN")[4:6] == ["-0.200", "better"]
     assert _row(text, "builtin", "Mix-LN")[5] == "within the seeds' spread"
-    assert _row(text, "builtin", "DeepNorm")[2] == "pending"
+    assert _row(text, "builtin", "DeepNorm")[5] == "within the seeds' spread"  # not 2 sd
     pre = _row(text, "builtin", "Pre-LN")
-    assert pre[1] == "2" and pre[2] == "3.010 ± 0.014" and pre[6] == "3.00 ± 0.00"  # 3/1
-    assert pre[7] == "4.00 ± 0.00" and pre[8] == "800, step cap" and pre[9] == "2.0 ± 0.0"
+    assert pre[1] == "2" and pre[2] == "3.010 ± 0.014" and pre[7] == "3.00 ± 0.00"  # 3/1
+    assert pre[8] == "4.00 ± 0.00" and pre[9] == "800, step cap" and pre[10] == "2.0 ± 0.0"
+    assert pre[6] == "–"  # no train loss logged in these files
     assert _row(text, "multi30k-de", "Pre-LN")[2] == "pending"
-    assert "Cells: 6 of 16" in text
+    assert "Cells: 8 of 16" in text
+    assert _row(text, "multi30k-de", "Mix-LN")[2] == "pending"
     assert (study_llama.FIGURES / "val_loss_builtin.png").stat().st_size > 5000
 
 
