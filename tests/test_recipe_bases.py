@@ -156,6 +156,19 @@ def test_a_missing_base_is_refused(tmp_path: Path):
     assert "Traceback" not in result.output
 
 
+def test_a_problem_in_a_recipe_built_on_bases_names_the_bases(tmp_path: Path):
+    """A key with a problem may come from a base the user is not looking at: the error says
+    which files were merged (exit 2)."""
+    write(tmp_path / "typo.yaml", "model: {familly: decoder}\n")
+    path = write(tmp_path / "top.yaml", "base: typo.yaml\ntask: causal_lm\n")
+    result = runner.invoke(app, ["recipe", "validate", str(path)])
+    assert result.exit_code == 2
+    assert f"invalid recipe (built on {tmp_path / 'typo.yaml'})" in result.output
+    assert "model.familly: unknown key" in result.output
+    plain = write(tmp_path / "plain.yaml", "model: {familly: decoder}\n")
+    assert "built on" not in runner.invoke(app, ["recipe", "validate", str(plain)]).output
+
+
 def test_show_and_validate_print_the_merged_recipe(tmp_path: Path):
     base = write(tmp_path / "base.yaml", tiny())
     path = write(tmp_path / "r.yaml", "base: base.yaml\noptim: {lr: 3.0e-3}\n")

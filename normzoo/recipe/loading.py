@@ -18,7 +18,7 @@ from typing import Any
 import pydantic
 
 from normzoo.errors import ConfigError, Problem
-from normzoo.recipe.bases import BASE_KEY, read_recipe
+from normzoo.recipe.bases import BASE_KEY, read_recipe_with_bases
 from normzoo.recipe.optim import schedule_problems
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape
@@ -226,4 +226,12 @@ def load(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     recipe file. Whether this machine can run it is the run's
     question, not the recipe's: ``train``, ``sweep`` and ``recipe validate`` ask it next
     (:func:`normzoo.run.machine.check_machine`)."""
-    return from_dict(apply_overrides(read_recipe(path), overrides or []))
+    data, bases = read_recipe_with_bases(path)
+    try:
+        return from_dict(apply_overrides(data, overrides or []))
+    except ConfigError as error:
+        if not bases:
+            raise
+        # A key with a problem may come from a base: say which files were merged.
+        built_on = ", ".join(str(base) for base in bases)
+        raise ConfigError(error.problems, f"{error.title} (built on {built_on})") from None
