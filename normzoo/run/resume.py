@@ -210,6 +210,18 @@ def _refusal(change: Change, theirs: dict[str, Any], step: int) -> str | None:
     return ""
 
 
+def _same_model(recipe: dict[str, Any]) -> dict[str, Any]:
+    """``recipe`` with model settings that build the same model written one way: ``kv_heads``
+    equal to ``heads`` is unset (multi-head attention either way), and ``rope_base`` is left out
+    where positions are not rotary (nothing reads it)."""
+    model = dict(recipe.get("model") or {})
+    if model.get("kv_heads") is not None and model.get("kv_heads") == model.get("heads"):
+        model["kv_heads"] = None
+    if model.get("positions") != "rope":
+        model.pop("rope_base", None)
+    return {**recipe, "model": model}
+
+
 def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[Change]:
     """The settings ``recipe`` changes against the recipe of the checkpoint to resume from
     (what the run was trained with, as in its ``recipe.yaml``), when each may change on
@@ -231,7 +243,7 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
     defaults = Recipe().to_dict()
     defaults["model"] = ModelConfig().model_dump(mode="json")
     theirs = _their_paths(_filled(as_written(theirs), defaults))  # 0.1's bias: false
-    old, new = _leaves(theirs), _leaves(recipe.to_dict())
+    old, new = _leaves(_same_model(theirs)), _leaves(_same_model(recipe.to_dict()))
     step = saved["global_step"]
     accepted: list[Change] = []
     refused: list[str] = []
