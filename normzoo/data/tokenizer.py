@@ -124,14 +124,14 @@ class Tokenizer:
             backend = HFTokenizer.from_file(str(path))
         except Exception as error:  # the library raises bare Exceptions on bad JSON
             raise NormzooError(f"cannot read tokenizer {path}: {error}") from None
-        problem = special_token_problem(backend)
-        if problem is not None:
-            raise NormzooError(f"{path}: {problem}")
         # A file saved with truncation or padding switched on would cut and pad every
         # sentence silently; normzoo's batching does both itself, to the recipe's lengths.
         backend.no_truncation()
         backend.no_padding()
-        return cls(backend)
+        try:
+            return cls(backend)  # checks the special tokens
+        except NormzooError as error:
+            raise NormzooError(f"{path}: {error}") from None
 
 
 def _build(kind: str, vocab_size: int, min_frequency: int, lowercase: bool):

@@ -174,11 +174,14 @@ def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
 
     scheme = loaded.recipe.model.residual.name
     llama = llama_target(loaded.model, scheme)  # a Llama first: what decoders are served as
-    if llama is None and loaded.model.config.positions == "rope":  # only a Llama has them
+    if llama is not None:
+        plain, target = llama
+    elif loaded.model.config.positions == "rope":  # no other target has rotary positions
         raise NotMappable("rotary positions export only as LlamaForCausalLM, and this model is "
                           f"not a Llama: {why_not_llama(loaded.model)}")
-    plain, target = llama if llama is not None else (plain := plain_model(loaded.model, scheme),
-                                                     target_for(plain))
+    else:
+        plain = plain_model(loaded.model, scheme)
+        target = target_for(plain)
     config, weights = target.build(plain, loaded.model.config)
     hf_model = getattr(transformers, target.architecture)(config)
     expected = set(hf_model.state_dict())

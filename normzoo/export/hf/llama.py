@@ -76,11 +76,11 @@ def why_not_llama(model: TransformerModel) -> str | None:
     return None
 
 
-def llama_mapping(model: TransformerModel, scheme: str) -> PlainModel | None:
-    """``model``'s weights under ``LlamaForCausalLM``'s names, or ``None`` if it is not a Llama.
+def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Target] | None:
+    """``model`` mapped onto ``LlamaForCausalLM``, or ``None`` where it is not a Llama.
 
-    The result is a :class:`PlainModel` whose weights already carry the target's names, so
-    :func:`llama` only adds the config."""
+    The :class:`PlainModel`'s weights already carry the target's names, so the target's
+    builder (:func:`llama`) only adds the config."""
     if why_not_llama(model) is not None:
         return None
     weights: dict[str, torch.Tensor] = {}
@@ -111,12 +111,13 @@ def llama_mapping(model: TransformerModel, scheme: str) -> PlainModel | None:
     folded = ("" if embeddings.scale == 1.0 else
               f"the embeddings' √d scale ({embeddings.scale:.4g}) multiplied into the input "
               "embedding, with the output projection stored untied")
-    return PlainModel(family="decoder", placement="pre", scheme=scheme, weights=weights,
-                      eps=stack.ends.final_norm.eps, folded=folded)
+    plain = PlainModel(family="decoder", placement="pre", scheme=scheme, weights=weights,
+                       eps=stack.ends.final_norm.eps, folded=folded)
+    return plain, Target(ARCHITECTURE, AUTO_CLASS, llama)
 
 
 def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.Tensor]]:
-    """``LlamaConfig`` and weights for a :func:`llama_mapping` result."""
+    """``LlamaConfig`` and weights for a :func:`llama_target` mapping."""
     import transformers
     from transformers import LlamaConfig
 
@@ -142,9 +143,3 @@ def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.
     if hf_config.tie_word_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
     return hf_config, weights
-
-
-def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Target] | None:
-    """``model`` mapped onto ``LlamaForCausalLM``, or ``None`` where it is not a Llama."""
-    plain = llama_mapping(model, scheme)
-    return None if plain is None else (plain, Target(ARCHITECTURE, AUTO_CLASS, llama))
