@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import study_depth_plots as plots
+import study_eval_gap
 import yaml
 from study_files import (
     as_float,
@@ -445,6 +446,7 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "- **Scale.** d_model 128 on Multi30k, on a CPU; the papers train d_model 512–1024 on "
         "WMT for 100k+ updates. A GPU run of the full protocol (5 seeds, 12k updates, d_model "
         "256–512) is the next step where one is lent.", "",
+        *study_eval_gap.section(DATA / "eval-gap"),
         "## Results", "",
     ]
     for tier in TIERS:

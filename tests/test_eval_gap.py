@@ -1,0 +1,138 @@
+"""``benchmarks/eval_gap.py`` and the depth study's section built on it: the eval path is checked
+against train mode with dropout at 0, each kind of dropout is found and switched on alone, a
+collapsed model (the same prediction at every position) is told apart from a working one, and
+the report's findings follow the measured files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import eval_gap
+import study_eval_gap
+
+from normzoo.models.assemble import assemble
+
+VOCAB = 50
+
+
+def _model(**changes) -> torch.nn.Module:
+    config = {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 2, "decoder_layers": 2,
+              "vocab_size": VOCAB, "dropout": 0.3, "attention_dropout": 0.2,
+              "activation_dropout": 0.1, **changes}
+    torch.manual_seed(0)
+    return assemble(config)
+
+
+def _batches(n: int = 2) -> list[dict]:
+    torch.manual_seed(1)
+    batches = []
+    for _ in range(n):
+        src = torch.randint(5, VOCAB, (3, 7))
+        tgt = torch.randint(5, VOCAB, (3, 9))
+        tgt[0, -2:] = 0  # padding, left out of every measure
+        batches.append({"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]})
+    return batches
+
+
+def test_every_kind_of_dropout_is_found() -> None:
+    groups = eval_gap.dropout_groups(_model())
+    assert set(groups) == {"residual", "activation", "embedding", "attention"}
+    # 2 encoder + 2 decoder layers, one residual dropout each; self- and cross-attention
+    assert len(groups["residual"]) == 4
+    assert len(groups["attention"]) == 2 * 2 + 2
+    assert "attention" not in eval_gap.dropout_groups(_model(attention_dropout=0.0))
+
+
+def test_train_mode_with_dropout_at_zero_is_eval_mode_and_dropout_comes_back() -> None:
+    model = _model()
+    results = {r["mode"]: r for r in eval_gap.rows(model, _batches(), smoothing=0.1)}
+    assert results["train mode, every dropout p=0"]["max_abs_diff_to_eval"] == 0.0
+    assert results["train mode (all dropout on)"]["loss"] != results["eval mode"]["loss"]
+    for kind in ("residual", "activation", "embedding", "attention"):
+        assert f"eval mode, {kind} dropout on" in results
+    # the probabilities are restored and the model is left in eval mode
+    assert not model.training
+    assert {m.p for m in eval_gap.dropout_groups(model)["residual"]} == {0.3}
+    assert {m.dropout for m in eval_gap.dropout_groups(model)["attention"]} == {0.2}
+
+
+def test_a_model_blind_to_position_and_input_reads_as_collapsed() -> None:
+    model = _model(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0).eval()
+    working = eval_gap.measure(model, _batches(), smoothing=0.0)
+    collapsed = eval_gap.measure(_Constant(model.pad_id), _batches(), smoothing=0.0)
+    assert working["tv_neighbours"] > 0.01 and working["distinct_argmax"] > 1
+    assert collapsed["tv_neighbours"] == pytest.approx(0.0, abs=1e-6)
+    assert collapsed["distinct_argmax"] == 1.0
+
+
+class _Constant(torch.nn.Module):
+    """A model that predicts one fixed distribution at every position."""
+
+    def __init__(self, pad_id: int) -> None:
+        super().__init__()
+        self.pad_id = pad_id
+        self.logits = torch.randn(VOCAB)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(*tgt.shape, VOCAB).clone()
+
+
+def _record(residual: str, layers: int, step: int, eval_tv: float, eval_loss: float,
+            train_loss: float = 6.1, diff: float = 0.0) -> dict:
+    def row(mode: str, loss: float, tv: float) -> dict:
+        return {"mode": mode, "loss": loss, "loss_smoothed": loss + 0.3, "entropy": 3.0,
+                "top_p": 0.5, "tv_neighbours": tv, "distinct_argmax": 1.0 + 10 * tv,
+                "top_predictions": [["▁Ein", 1.0]]}
+    rows = [row("eval mode", eval_loss, eval_tv),
+            {**row("train mode, every dropout p=0", eval_loss, eval_tv),
+             "max_abs_diff_to_eval": diff},
+            row("train mode (all dropout on)", train_loss, 0.2),
+            row("eval mode, embedding dropout on", eval_loss, eval_tv),
+            row("eval mode, residual dropout on", train_loss + 0.01, 0.2)]
+    return {"checkpoint": f"step-{step}.ckpt", "step": step, "uniform_loss": 8.7,
+            "label_smoothing": 0.1, "batches": 6, "rows": rows,
+            "recipe": {"model": {"residual": residual, "encoder_layers": layers,
+                                 "decoder_layers": layers}}}
+
+
+def _write(folder: Path, records: list[dict]) -> Path:
+    folder.mkdir()
+    for i, record in enumerate(records):
+        (folder / f"{i}.json").write_text(json.dumps(record), encoding="utf-8")
+    return folder
+
+
+def test_the_section_names_what_the_files_show(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "gap", [
+        _record("post", 18, 1, eval_tv=0.001, eval_loss=9.2, train_loss=9.18),
+        _record("post", 18, 500, eval_tv=0.0, eval_loss=10.0),
+        _record("pre", 18, 1, eval_tv=0.18, eval_loss=9.18, train_loss=9.18),
+        _record({"name": "post"}, 6, 1, eval_tv=0.07, eval_loss=9.17, train_loss=9.17),
+    ])
+    text = "\n".join(study_eval_gap.section(folder))
+    assert "At initialisation, Post-LN 18+18 predicts the same distribution" in text
+    assert "Pre-LN 18+18 0.180" in text and "Post-LN 6+6 0.070" in text
+    assert "only the residual dropout switched on gives 6.11" in text
+    assert "eval mode scores 10.00" in text and "by at most 0.0e+00" in text
+    assert text.count("| Post-LN 18+18 | 500 |") == 4  # the p=0 check is in the text, not a row
+
+
+def test_the_section_says_so_where_nothing_collapsed_at_initialisation(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "gap", [
+        _record("post", 18, 1, eval_tv=0.05, eval_loss=9.2, diff=1e-3),
+        _record("post", 18, 500, eval_tv=0.0, eval_loss=10.0),
+    ])
+    text = "\n".join(study_eval_gap.section(folder))
+    assert "At initialisation, no setting predicts the same distribution" in text
+    assert "by at most 1.0e-03" in text
+
+
+def test_no_measured_checkpoint_no_section(tmp_path: Path) -> None:
+    assert study_eval_gap.section(tmp_path / "missing") == []
+    assert study_eval_gap.section(_write(tmp_path / "empty", [])) == []
