@@ -1,12 +1,18 @@
-"""Wall time of a two-cell sweep, one cell at a time (``--jobs 1``) or both at once (``--jobs 2``).
+"""Wall time of a two-cell sweep, one cell at a time (``--jobs 1``) or both at once (``--jobs 2``),
+for a tiny model and for the quick start's.
 
-    python benchmarks/sweep_jobs.py [--steps 150] [--repeats 2]
+    python benchmarks/sweep_jobs.py [--repeats 3] [--models tiny,quickstart]
 
-The sweep is the quick start's recipe with a seed axis (``--set seed=1,2``), each cell trained
-for ``--steps`` updates from scratch in a fresh folder. ``--jobs 1`` runs the cells one after the
-other with all the machine's threads each; ``--jobs 2`` runs them side by side with half the
-threads each. On a CPU with few cores a small model does not scale to every core, so two cells
-side by side finish sooner than one after the other. Results go to
+Each sweep is ``recipes/quickstart.yaml`` with a seed axis (``--set seed=1,2``), every cell
+trained from scratch in a fresh folder: ``tiny`` shrinks the model to one layer a side at
+d_model 64 (400 updates), ``quickstart`` keeps it (150 updates). ``--jobs 1`` runs the cells one
+after the other in the sweep's process with all the machine's threads each; ``--jobs 2`` runs
+them side by side as submitit jobs (processes of their own) with half the threads each.
+
+Side by side wins by as much as a cell fails to use every core: the script also reports each
+cell's own training time on all threads (from the ``--jobs 1`` cells' ``summary.json``) and on
+its share (the ``--jobs 2`` cells'), whose ratio is the cell's thread scaling; with two cores,
+``--jobs 2`` can be at most 2 / scaling faster, less the start of the job processes. Results go to
 ``benchmarks/results/sweep-jobs-cpu.{md,json}``.
 """
 
@@ -26,55 +32,115 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 RECIPE = ROOT / "recipes" / "quickstart.yaml"
+MODELS: dict[str, tuple[int, list[str]]] = {  # name: (updates, overrides)
+    "tiny": (400, ["model.d_model=64", "model.ffn_dim=128", "model.heads=2",
+                   "model.encoder_layers=1", "model.decoder_layers=1"]),
+    "quickstart": (150, []),
+}
+COMMON = ["trainer.val_every_steps=1000000", "eval.valid_bleu=false"]
 
 
-def run_sweep(jobs: int, steps: int, out: Path) -> float:
-    """Seconds from launch to exit of one two-cell sweep."""
+def run_sweep(jobs: int, steps: int, overrides: list[str], out: Path) -> tuple[float, list[float]]:
+    """Seconds from launch to exit of one two-cell sweep, and each cell's training seconds."""
     command = [sys.executable, "-m", "normzoo.cli", "sweep", str(RECIPE), "--set", "seed=1,2",
                "--steps", str(steps), "--jobs", str(jobs), "--out", str(out),
-               "trainer.val_every_steps=1000000", "eval.valid_bleu=false"]
+               *COMMON, *overrides]
+    # torch's own default (every core) in --jobs 1; the sweep divides them among its jobs
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"sweep --jobs {jobs} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     results = (out / "results.md").read_text(encoding="utf-8")
     if "±" not in results:
         raise SystemExit(f"{out / 'results.md'} has no mean ± sd over the seeds:\n{results}")
-    return elapsed
+    cells = [json.loads((out / f"seed-{seed}" / "summary.json").read_text(encoding="utf-8"))
+             for seed in (1, 2)]
+    return elapsed, [cell["train_wall_s"] for cell in cells]
+
+
+def measure(model: str, repeats: int, tmp: Path) -> dict:
+    """``repeats`` pairs of sweeps (``--jobs 1`` then ``--jobs 2``) of one model."""
+    steps, overrides = MODELS[model]
+    wall: dict[int, list[float]] = {1: [], 2: []}
+    cell: dict[int, list[float]] = {1: [], 2: []}
+    for repeat in range(repeats):
+        for jobs in (1, 2):
+            out = tmp / f"{model}-jobs{jobs}-{repeat}"
+            seconds, cells = run_sweep(jobs, steps, overrides, out)
+            wall[jobs].append(seconds)
+            cell[jobs] += cells
+            print(f"{model}, --jobs {jobs}, run {repeat + 1}: {seconds:.1f} s "
+                  f"(cells {', '.join(f'{c:.1f}' for c in cells)} s)", flush=True)
+    median = {jobs: statistics.median(values) for jobs, values in wall.items()}
+    cell_median = {jobs: statistics.median(values) for jobs, values in cell.items()}
+    scaling = cell_median[2] / cell_median[1]
+    return {"steps": steps, "overrides": overrides, "wall_s": wall, "median_s": median,
+            "cell_train_s": cell, "cell_median_s": cell_median, "thread_scaling": scaling,
+            "speedup": median[1] / median[2], "bound": 2 / scaling,
+            "results_md": (tmp / f"{model}-jobs2-{repeats - 1}" / "results.md").read_text("utf-8")}
+
+
+def render(record: dict) -> list[str]:
+    lines = [
+        "# Two-cell sweep: --jobs 1 against --jobs 2", "",
+        f"`python benchmarks/sweep_jobs.py --repeats {record['repeats']}`: "
+        f"`recipes/quickstart.yaml --set seed=1,2`, each sweep in a fresh folder, on "
+        f"{record['cores']} cores ({record['machine']}), nothing else running. `--jobs 1`: the "
+        "cells one after the other, all threads each; `--jobs 2`: side by side, one thread "
+        "each.", "",
+        "| model | updates | jobs | sweep wall time per run (s) | median (s) | a cell's training, "
+        "median (s) |", "|---|---|---|---|---|---|",
+    ]
+    for name, m in record["models"].items():
+        for jobs in (1, 2):
+            threads = record["cores"] // jobs
+            lines.append(
+                f"| {name} | {m['steps']} | {jobs} | "
+                f"{', '.join(f'{t:.1f}' for t in m['wall_s'][jobs])} | {m['median_s'][jobs]:.1f} "
+                f"| {m['cell_median_s'][jobs]:.1f} ({threads} thread{'s' * (threads > 1)}) |")
+    lines.append("")
+    for name, m in record["models"].items():
+        verdict = (f"{m['speedup']:.2f}x faster" if m["speedup"] >= 1
+                   else f"{1 / m['speedup']:.2f}x slower")
+        outside = {1: m["median_s"][1] - 2 * m["cell_median_s"][1],
+                   2: m["median_s"][2] - m["cell_median_s"][2]}
+        lines.append(
+            f"- **{name}** (`{' '.join(m['overrides']) or 'as shipped'}`): `--jobs 2` is "
+            f"{verdict} than `--jobs 1` ({m['median_s'][2]:.1f} s against "
+            f"{m['median_s'][1]:.1f} s). A cell's training takes {m['cell_median_s'][1]:.1f} s on "
+            f"{record['cores']} threads and {m['cell_median_s'][2]:.1f} s on 1 (a scaling of "
+            f"{m['thread_scaling']:.2f}x), so side by side can gain at most {m['bound']:.2f}x, "
+            f"less the start of the job processes: outside training, `--jobs 2` spends "
+            f"{outside[2]:.1f} s (Python, torch and Lightning imported again in each job's "
+            f"process, submitit's polling) where `--jobs 1` spends {outside[1]:.1f} s.")
+    name = next(iter(record["models"]))
+    lines += ["", f"The last `--jobs 2` sweep's `results.md` ({name}):", "",
+              record["models"][name]["results_md"]]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--repeats", type=int, default=2, help="pairs of (jobs 1, jobs 2) runs")
+    parser.add_argument("--repeats", type=int, default=3, help="pairs of (jobs 1, jobs 2) runs")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated, of {', '.join(MODELS)}")
     args = parser.parse_args(argv)
-    times: dict[int, list[float]] = {1: [], 2: []}
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(MODELS)}")
+    record: dict = {"repeats": args.repeats, "cores": os.cpu_count(),
+                    "machine": platform.processor() or platform.machine(), "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for jobs in (1, 2):
-                out = Path(tmp) / f"jobs{jobs}-{repeat}"
-                times[jobs].append(run_sweep(jobs, args.steps, out))
-                print(f"--jobs {jobs}, run {repeat + 1}: {times[jobs][-1]:.1f} s", flush=True)
-            results_md = (Path(tmp) / f"jobs2-{repeat}" / "results.md").read_text("utf-8")
-    median = {jobs: statistics.median(values) for jobs, values in times.items()}
-    record = {"steps": args.steps, "repeats": args.repeats, "cores": os.cpu_count(),
-              "machine": platform.processor() or platform.machine(), "seconds": times,
-              "median_s": median, "speedup": median[1] / median[2]}
+        for model in models:
+            record["models"][model] = measure(model, args.repeats, Path(tmp))
+    lines = render(record)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    for m in record["models"].values():
+        del m["results_md"]
     (RESULTS / "sweep-jobs-cpu.json").write_text(json.dumps(record, indent=2) + "\n")
-    lines = [
-        "# Two-cell sweep: --jobs 1 against --jobs 2", "",
-        f"`python benchmarks/sweep_jobs.py --steps {args.steps} --repeats {args.repeats}`: "
-        f"`recipes/quickstart.yaml --set seed=1,2 --steps {args.steps}`, each run in a fresh "
-        f"folder, on {os.cpu_count()} cores ({record['machine']}).", "",
-        "| jobs | wall time per run (s) | median (s) |", "|---|---|---|",
-        *[f"| {jobs} | {', '.join(f'{t:.1f}' for t in times[jobs])} | {median[jobs]:.1f} |"
-          for jobs in (1, 2)], "",
-        f"`--jobs 2` takes {median[2] / median[1]:.2f}x the wall time of `--jobs 1` "
-        f"({record['speedup']:.2f}x faster).", "",
-        "The last `--jobs 2` sweep's `results.md`:", "", results_md,
-    ]
     (RESULTS / "sweep-jobs-cpu.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0
