@@ -1,11 +1,12 @@
 """Wall time of a two-cell sweep, one cell at a time (``--jobs 1``) or both at once (``--jobs 2``),
-for a tiny model and for the quick start's.
+for models from micro to the quick start's.
 
-    python benchmarks/sweep_jobs.py [--repeats 3] [--models tiny,quickstart]
+    python benchmarks/sweep_jobs.py [--repeats 3] [--models micro,tiny,quickstart]
 
 Each sweep is ``recipes/quickstart.yaml`` with a seed axis (``--set seed=1,2``), every cell
-trained from scratch in a fresh folder: ``tiny`` shrinks the model to one layer a side at
-d_model 64 (400 updates), ``quickstart`` keeps it (150 updates). ``--jobs 1`` runs the cells one
+trained from scratch in a fresh folder: ``micro`` shrinks the model to one layer a side at
+d_model 32 with batches of 256 tokens (3,000 updates), ``tiny`` to one layer a side at d_model
+64 (400 updates), ``quickstart`` keeps it (150 updates). ``--jobs 1`` runs the cells one
 after the other in the sweep's process with all the machine's threads each; ``--jobs 2`` runs
 them side by side as submitit jobs (processes of their own) with half the threads each.
 
@@ -33,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 RECIPE = ROOT / "recipes" / "quickstart.yaml"
 MODELS: dict[str, tuple[int, list[str]]] = {  # name: (updates, overrides)
+    "micro": (3000, ["model.d_model=32", "model.ffn_dim=64", "model.heads=2",
+                     "model.encoder_layers=1", "model.decoder_layers=1", "data.max_tokens=256"]),
     "tiny": (400, ["model.d_model=64", "model.ffn_dim=128", "model.heads=2",
                    "model.encoder_layers=1", "model.decoder_layers=1"]),
     "quickstart": (150, []),
