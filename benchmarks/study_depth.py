@@ -67,10 +67,14 @@ COMMANDS = [f"{_SWEEP} {args} --out runs/study-papers/{folder}" for _, folder, a
 ALPHA = 0.05
 # Cells whose processes were suspended (SIGSTOP/SIGCONT) while they trained, so that a benchmark
 # and the test suite had the cores to themselves, as {"tier/cell": minutes}; the minutes are left
-# out of their training time (ThroughputMonitor's clock runs on through a suspension). None in
-# the current run: the cells that had been suspended were lost with their machine on
-# 2026-11-25 and restarted from scratch at 14:24 UTC.
-PAUSED_MIN: dict[str, float] = {}
+# out of their training time (ThroughputMonitor's clock runs on through a suspension). The cells
+# suspended before 2026-11-25 14:24 UTC were lost with their machine and restarted from scratch;
+# the third 6+6 seed was suspended three times (214 s, 390 s, 608 s) while
+# benchmarks/sweep_jobs.py timed sweeps on the two cores.
+PAUSED_MIN: dict[str, float] = {
+    "ceiling/seed-3_residual-post": 20.2,
+    "ceiling/seed-3_residual-pre": 20.2,
+}
 STUDY_COMMIT = "2a99efa"  # the sweeps run from a clone at this commit, so code changes cannot
 # touch a running study
 
