@@ -26,13 +26,11 @@ VERSIONED = ("torch", "lightning", "transformers", "x-transformers", "normzoo")
 
 
 def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (Linux), else what ``platform`` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo.read_text(), re.MULTILINE)
-        if match:
-            return match.group(1).strip()
-    return platform.processor() or platform.machine()
+    """The CPU's name with its family and model (``normzoo.run.hardware.cpu_name``): "AMD EPYC"
+    alone covers generations whose bf16 speed differs twofold."""
+    from normzoo.run.hardware import cpu_name
+
+    return cpu_name()
 
 
 def package_version(name: str) -> str:

@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from normzoo.run.hardware import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(MODELS)}")
     record: dict = {"repeats": args.repeats, "cores": os.cpu_count(),
-                    "machine": platform.processor() or platform.machine(), "models": {}}
+                    "machine": cpu_name(), "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
             record["models"][model] = measure(model, args.repeats, Path(tmp))

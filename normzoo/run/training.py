@@ -21,6 +21,7 @@ from normzoo.run.directory import (
     run_directory,
 )
 from normzoo.run.final_test import test_language_model, test_translation
+from normzoo.run.hardware import describe
 from normzoo.run.history import resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.preemption import Preempted
@@ -187,6 +188,7 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
                            if recipe.task == "translation" else lm_test)
         if init is not None:
             summary["init"] = init.record()
+        summary["machine"] = describe(trainer.strategy.root_device.type)
         summary["total_wall_s"] = round(time.perf_counter() - started, 1)
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
         return summary
