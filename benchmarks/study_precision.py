@@ -273,7 +273,8 @@ def benchmark_lines() -> list[str]:
         s, tps = data["summary"], data["summary"]["tokens_per_s"]
         lines += [f"- Training through `normzoo train` (`python benchmarks/precision.py`, "
                   f"{data['steps']} steps, one thread, {len(s['ratios'])} pairs taking "
-                  f"turns): bf16-mixed {tps['bf16-mixed']:,.0f} against fp32 "
+                  f"turns, on {data['machine']['cpu']}, {data['machine']['date'][:10]}): "
+                  f"bf16-mixed {tps['bf16-mixed']:,.0f} against fp32 "
                   f"{tps['32-true']:,.0f} target tokens/s, **{s['ratio_median']:.2f}x** "
                   f"(pairs {s['ratio_min']:.2f}-{s['ratio_max']:.2f}); validation loss at the "
                   f"last step {s['val_loss_diff_pct']:+.2f}% "
@@ -328,7 +329,8 @@ def render(cells: list[Cell]) -> str:
         "Decoding for the test runs in float32 in every cell, so BLEU measures what training in "
         "bf16 did to the weights.", "",
         *[f"```bash\n{COMMANDS[s]}\n```\n" for s in STUDIES],
-        "Machine: a 2-core AMD EPYC (Zen 4, `avx512_bf16`), no GPU; each sweep one torch "
+        "Machine: a 2-core AMD EPYC (Zen 4, `avx512_bf16`), no GPU (the throughput benchmark "
+        "below names the machine it last ran on); each sweep one torch "
         "thread, the two side by side. bf16-mixed is torch's CPU autocast with normzoo's "
         "explicit attention path, blocked cross-entropy and CPU dropout "
         "([benchmarks/results/precision-cpu.md](../benchmarks/results/precision-cpu.md)); "
