@@ -70,10 +70,13 @@ ALPHA = 0.05
 # out of their training time (ThroughputMonitor's clock runs on through a suspension). The cells
 # suspended before 2026-11-25 14:24 UTC were lost with their machine and restarted from scratch;
 # the third 6+6 seed was suspended three times (214 s, 390 s, 608 s) while
-# benchmarks/sweep_jobs.py timed sweeps on the two cores.
+# benchmarks/sweep_jobs.py timed sweeps on the two cores, and the first two 18+18 cells once
+# (648 s) while benchmarks/peers.py and precision.py ran.
 PAUSED_MIN: dict[str, float] = {
     "ceiling/seed-3_residual-post": 20.2,
     "ceiling/seed-3_residual-pre": 20.2,
+    "stability/residual-post": 10.8,
+    "stability/residual-admin-init-profiled": 10.8,
 }
 STUDY_COMMIT = "2a99efa"  # the sweeps run from a clone at this commit, so code changes cannot
 # touch a running study
@@ -423,7 +426,10 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "finished ones. "
         f"Machine: a 2-core CPU (AMD EPYC, one thread per cell, two cells side by side), no GPU "
         f"(none was lent to this study). Cells: {counts}; {hours:.1f} h of training in all. "
-        "Each cell's precision is in its table row.", "",
+        "Each cell's precision is in its table row. Training minutes compare only roughly "
+        "between cells: they ran in different sessions, beside different work, and the study's "
+        "commit predates the CPU's family and model in `summary.json` (the machine of the "
+        "session that ran the third 6+6 seed: family 26, model 2, a Zen 5).", "",
         "sacreBLEU: " + (", ".join(f"`{s}`" for s in signatures) or "–"), "",
         "## Verdicts", "",
         f"Rule for every difference: significant by paired bootstrap (p < {ALPHA}, 1,000 "
