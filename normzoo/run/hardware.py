@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,6 @@ def cpu_name() -> str:
     Cloud CPUs often report only a brand ("AMD EPYC"), which covers generations whose bf16
     throughput differs twofold (Zen 4 and Zen 5), so timings need the family and model beside it.
     """
-    import platform
-
     info = _cpuinfo()
     name = info.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in info and "model" in info:
@@ -42,8 +41,6 @@ def describe(device_type: str | None = None) -> dict[str, Any]:
     """This process's machine as ``summary.json`` records it: CPU, cores it may use, torch's
     threads, bf16 in hardware, the GPU where it trains on one (``device_type`` "cuda"), and the
     versions that set the speed."""
-    import platform
-
     import torch
 
     from normzoo.run.precision import cpu_supports_bf16
