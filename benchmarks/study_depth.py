@@ -4,8 +4,8 @@
     python benchmarks/study_depth.py --render-only
 
 The study runs the papers' protocol (``recipes/studies/multi30k_papers.yaml``) in three tiers,
-``ceiling``, ``stability`` and ``nowarmup``, each as two sweeps that ``benchmarks/study_depth.sh``
-runs one per core (the commands are in COMMANDS). **Collect** copies
+``ceiling``, ``stability`` and ``nowarmup``, as sweeps that ``benchmarks/study_depth.sh``
+runs in two slots, one per core (the commands are in COMMANDS). **Collect** copies
 each cell's files, test translations included, into ``docs/study-depth/data/``
 (``study_files.py``); **render** writes the report from those files alone, so every number in it
 is in the repository. Cells not yet run show as pending.
@@ -52,16 +52,25 @@ _SWEEP = f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/mult
 _DEEP = "model.encoder_layers=18 model.decoder_layers=18"
 _STABLE = f"{_DEEP} trainer.max_steps=4500"
 _NOWARMUP = f"{_DEEP} optim.warmup_steps=0 trainer.max_steps=1500"
-# Each tier runs as two sweeps, one per core: benchmarks/study_depth.sh runs the even ones in
-# slot A and the odd ones in slot B, side by side. (tier, folder under runs/study-papers, args).
+# The sweeps run in pairs, one per core: benchmarks/study_depth.sh runs the even ones in slot A
+# and the odd ones in slot B, side by side. (tier, folder under runs/study-papers, args).
+# On 2026-11-25 the machine came back as a Zen 3 without bf16 (the remaining cells train in
+# 32-true, about 3 s per 18+18 step instead of 0.7), so the order was changed to run first the
+# cells the verdicts need within the study's budget: the two no-warm-up cells, then Pre-LN and
+# DeepNorm at 18+18. ResiDual and Sub-LN at 18+18, which no verdict reads, come last, in their
+# own folders. Post-LN and Admin at 18+18 had finished under the first order (Post-LN, Pre-LN,
+# DeepNorm in stability-a; Admin, ResiDual, Sub-LN in stability-b); a sweep skips a finished
+# cell and its results list every finished cell of its own grid, so the folders carry on.
 SWEEPS = [
     ("ceiling", "ceiling-post", "--set seed=1,2,3 --set model.residual=post"),
     ("ceiling", "ceiling-pre", "--set seed=1,2,3 --set model.residual=pre"),
-    ("stability", "stability-a", f"{_STABLE} --set 'model.residual=post,pre,deepnorm' --diagnose"),
-    ("stability", "stability-b", f"{_STABLE} --set 'model.residual={{name: admin, init: profiled}},"
-                                 "resi_dual,subln' --diagnose"),
     ("nowarmup", "nowarmup-post", f"{_NOWARMUP} --set model.residual=post --diagnose"),
     ("nowarmup", "nowarmup-pre", f"{_NOWARMUP} --set model.residual=pre --diagnose"),
+    ("stability", "stability-a", f"{_STABLE} --set 'model.residual=post,pre' --diagnose"),
+    ("stability", "stability-b", f"{_STABLE} --set 'model.residual={{name: admin, init: profiled}},"
+                                 "deepnorm' --diagnose"),
+    ("stability", "stability-c", f"{_STABLE} --set model.residual=resi_dual --diagnose"),
+    ("stability", "stability-d", f"{_STABLE} --set model.residual=subln --diagnose"),
 ]
 COMMANDS = [f"{_SWEEP} {args} --out runs/study-papers/{folder}" for _, folder, args in SWEEPS]
 ALPHA = 0.05
@@ -429,7 +438,13 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "Each cell's precision is in its table row. Training minutes compare only roughly "
         "between cells: they ran in different sessions, beside different work, and the study's "
         "commit predates the CPU's family and model in `summary.json` (the machine of the "
-        "session that ran the third 6+6 seed: family 26, model 2, a Zen 5).", "",
+        "session that ran the third 6+6 seed and the first two 18+18 cells: family 26, "
+        "model 2, a Zen 5, with bf16 in hardware). **The machine changed under the study.** "
+        "From 2026-11-25 22:00 UTC the cells ran on an EPYC of family 25, model 1 (Zen 3) "
+        "without bf16 instructions, where `bf16-mixed` falls back to `32-true` (the run says "
+        "so and its `recipe.yaml` records it): an 18+18 update took about 3 s instead of 0.7. "
+        "To stay near the budget the order then put first the cells the verdicts read (the "
+        "two no-warm-up cells, Pre-LN and DeepNorm at 18+18) and ResiDual and Sub-LN last.", "",
         "sacreBLEU: " + (", ".join(f"`{s}`" for s in signatures) or "–"), "",
         "## Verdicts", "",
         f"Rule for every difference: significant by paired bootstrap (p < {ALPHA}, 1,000 "
@@ -451,6 +466,10 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "- **Quality at 18+18.** The stability tier stops at 4,500 updates, 500 past the "
         "warm-up's peak, to keep within the 10-hour budget: its BLEU says whether a scheme "
         "trains through the peak, not what it converges to.",
+        "- **Precision at 18+18.** Post-LN and Admin at 18+18 trained in bf16-mixed, the "
+        "cells after the machine changed in 32-true (see each row). A scheme that trains in "
+        "one precision and fails in the other would be confounded with it; Admin trained in "
+        "bf16-mixed at 18+18, so bf16 alone does not make a deep model fail here.",
         "- **Seeds at depth.** One seed per 18+18 cell: their differences are held to the 6+6 "
         "seeds' spread, which deep cells may exceed.",
         "- **Scale.** d_model 128 on Multi30k, on a CPU; the papers train d_model 512–1024 on "

@@ -202,13 +202,17 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
 
 def test_the_two_slots_run_every_sweep_once(capsys: pytest.CaptureFixture[str]) -> None:
     """study_depth.sh runs what ``--commands a`` and ``--commands b`` print: together, every
-    sweep of every tier, each once, and each slot one sweep of every tier."""
+    sweep once, half in each slot, in the order of SWEEPS (the verdicts' cells first), and no
+    two sweeps share an output folder (two processes would train the same cell)."""
     printed = []
     for slot in "ab":
         assert study_depth.main(["--commands", slot]) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert sorted(study_depth.SWEEPS[i][0] for i in range("ab".index(slot), 6, 2)) == \
-            sorted({t for t, _, _ in study_depth.SWEEPS}) and len(lines) == 3
+        assert lines == study_depth.COMMANDS["ab".index(slot)::2]
+        assert len(lines) == len(study_depth.SWEEPS) // 2
         printed += lines
     assert sorted(printed) == sorted(study_depth.COMMANDS)
+    folders = [folder for _, folder, _ in study_depth.SWEEPS]
+    assert len(set(folders)) == len(folders)
+    assert {tier for tier, _, _ in study_depth.SWEEPS} == set(study_depth.TIERS)
     assert all(line.startswith("OMP_NUM_THREADS=1 normzoo sweep ") for line in printed)
