@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import platform
 import re
 import statistics
@@ -23,6 +22,13 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 VERSIONED = ("torch", "lightning", "transformers", "x-transformers", "normzoo")
+
+
+def usable_cores() -> int:
+    """The cores this process may use (its affinity), as the runs' ``summary.json`` counts them."""
+    from normzoo.run.hardware import usable_cores as cores
+
+    return cores()
 
 
 def cpu_model() -> str:
@@ -56,7 +62,7 @@ def machine(threads: int) -> dict[str, Any]:
     """Everything a reader needs to compare these numbers with their own."""
     return {
         "cpu": cpu_model(),
-        "cores": os.cpu_count(),
+        "cores": usable_cores(),
         "threads": threads,
         "gpu": gpu_name(),
         "python": platform.python_version(),

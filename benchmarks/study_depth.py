@@ -468,8 +468,11 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "trains through the peak, not what it converges to.",
         "- **Precision at 18+18.** Post-LN and Admin at 18+18 trained in bf16-mixed, the "
         "cells after the machine changed in 32-true (see each row). A scheme that trains in "
-        "one precision and fails in the other would be confounded with it; Admin trained in "
-        "bf16-mixed at 18+18, so bf16 alone does not make a deep model fail here.",
+        "one precision and fails in the other would be confounded with it. Two readings speak "
+        "against that: Admin trained in bf16-mixed at 18+18, so bf16 alone does not make a "
+        "deep model fail here, and the [precision study](precision.md) moved no reading "
+        "beyond the seeds' spread between fp32 and bf16-mixed, Post-LN and Pre-LN 18+18 "
+        "included (short protocol).",
         "- **Seeds at depth.** One seed per 18+18 cell: their differences are held to the 6+6 "
         "seeds' spread, which deep cells may exceed.",
         "- **Scale.** d_model 128 on Multi30k, on a CPU; the papers train d_model 512–1024 on "

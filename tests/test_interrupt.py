@@ -90,6 +90,7 @@ def test_ctrl_c_saves_the_current_step_and_prints_how_to_resume(workdir: Path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "preempted" and summary["signal"] == "SIGINT"
     assert summary["steps"] == step and "--resume auto" in summary["resume"]
+    assert summary["machine"]["device"] == "cpu" and summary["machine"]["cpu"]
 
 
 def test_a_second_ctrl_c_stops_at_once(workdir: Path):
@@ -124,3 +125,4 @@ def test_a_diverged_run_records_the_step_and_the_reason(tmp_path: Path,
     assert summary["steps"] == summary["diverged_at_step"] == 0
     assert summary["reason"].startswith("training diverged at step 0: loss")
     assert summary["last_good_checkpoint"] is None  # none was written before step 0
+    assert summary["machine"]["device"] == "cpu" and summary["machine"]["cpu"]

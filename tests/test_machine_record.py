@@ -45,3 +45,31 @@ def test_a_finished_run_records_its_machine(tiny_checkpoint: Path) -> None:
     summary = json.loads((tiny_checkpoint.parents[1] / "summary.json").read_text())
     assert summary["machine"]["cpu"] == machine.cpu_name()
     assert summary["machine"]["torch_threads"] == 1  # the fixture trains on one thread
+
+
+def test_the_record_says_what_the_cpu_has_not_what_an_override_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NORMZOO_CPU_BF16=1`` makes a run train in bf16 on a CPU without it; the record must
+    still say the CPU lacks it, and say the override was set."""
+    from normzoo.run import precision
+
+    monkeypatch.delenv(precision.CPU_BF16_OVERRIDE, raising=False)
+    real = machine.describe("cpu")
+    assert "cpu_bf16_override" not in real
+    monkeypatch.setenv(precision.CPU_BF16_OVERRIDE, "0" if real["cpu_bf16"] else "1")
+    forced = machine.describe("cpu")
+    assert forced["cpu_bf16"] == real["cpu_bf16"]
+    assert forced["cpu_bf16_override"] == ("0" if real["cpu_bf16"] else "1")
+    assert precision.cpu_supports_bf16() != real["cpu_bf16"]  # the fallback obeys it
+
+
+def test_cores_are_this_process_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from normzoo.sweep.launch import threads_per_job
+
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert machine.usable_cores() == 4 and machine.describe("cpu")["cores"] == 4
+    assert threads_per_job(2) == 2 and threads_per_job(8) == 1

@@ -37,23 +37,34 @@ def cpu_name() -> str:
     return name
 
 
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity (a container's or a batch job's share),
+    not the machine's count, which ``os.cpu_count()`` gives."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def describe(device_type: str | None = None) -> dict[str, Any]:
     """This process's machine as ``summary.json`` records it: CPU, cores it may use, torch's
-    threads, bf16 in hardware, the GPU where it trains on one (``device_type`` "cuda"), and the
-    versions that set the speed."""
+    threads, bf16 in hardware, the device it trains on (with the GPU's name on "cuda"), and the
+    versions that set the speed.
+
+    ``cpu_bf16`` is what the CPU has; ``NORMZOO_CPU_BF16``, which overrides that for the
+    precision fallback, is recorded beside it where it is set, so the record never claims
+    hardware the CPU lacks."""
     import torch
 
-    from normzoo.run.precision import cpu_supports_bf16
+    from normzoo import __version__
+    from normzoo.run.precision import CPU_BF16_OVERRIDE, cpu_supports_bf16
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpu = (torch.cuda.get_device_name() if device_type == "cuda" and torch.cuda.is_available()
            else None)
-    try:
-        from importlib.metadata import version
-
-        normzoo_version = version("normzoo")
-    except Exception:  # a source tree that was never installed
-        normzoo_version = "unknown"
-    return {"cpu": cpu_name(), "cores": cores, "torch_threads": torch.get_num_threads(),
-            "cpu_bf16": cpu_supports_bf16(), "gpu": gpu, "python": platform.python_version(),
-            "torch": torch.__version__, "normzoo": normzoo_version}
+    record: dict[str, Any] = {
+        "cpu": cpu_name(), "cores": usable_cores(), "torch_threads": torch.get_num_threads(),
+        "cpu_bf16": cpu_supports_bf16(honour_override=False), "device": device_type or "cpu",
+        "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
+        "normzoo": __version__}
+    if (forced := os.environ.get(CPU_BF16_OVERRIDE)) is not None:
+        record["cpu_bf16_override"] = forced
+    return record

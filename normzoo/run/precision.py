@@ -31,10 +31,16 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def cpu_supports_bf16() -> bool:
-    """Whether this CPU has bf16 arithmetic in hardware (not torch's emulation)."""
-    forced = os.environ.get("NORMZOO_CPU_BF16")
-    if forced in ("0", "1"):
+CPU_BF16_OVERRIDE = "NORMZOO_CPU_BF16"  # "0" or "1": take this answer instead of the CPU's
+
+
+def cpu_supports_bf16(*, honour_override: bool = True) -> bool:
+    """Whether this CPU has bf16 arithmetic in hardware (not torch's emulation).
+
+    ``NORMZOO_CPU_BF16=0|1`` overrides the answer (to test the fallback, or to train in bf16 on
+    purpose) unless ``honour_override`` is false, as for the machine's record."""
+    forced = os.environ.get(CPU_BF16_OVERRIDE)
+    if honour_override and forced in ("0", "1"):
         return forced == "1"
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64"):

@@ -161,7 +161,8 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
             raise _preempted(trainer, recipe_path, run_dir, started, overrides) from None
         except DivergenceError as error:
             if trainer.is_global_zero:
-                _record_divergence(error, recipe_path, run_dir, started)
+                _record_divergence(error, recipe_path, run_dir, started,
+                                   trainer.strategy.root_device.type)
             raise
         # last.ckpt is written at each validation, and a run that reaches max_steps validates
         # there (final_validation_callback); one stopped otherwise (max_epochs) gets its final
@@ -197,14 +198,15 @@ def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, forc
 
 
 def _record_divergence(error: Exception, recipe_path: str | Path, run_dir: Path,
-                       started: float) -> None:
+                       started: float, device_type: str | None = None) -> None:
     """``summary.json`` of a run stopped by :class:`DivergenceError`: the step and the reason,
     so that the run directory says how the run ended, as it does for every other ending."""
     step = getattr(error, "step", None)
     summary = {"status": "diverged", "recipe": str(recipe_path), "run_dir": str(run_dir),
                "steps": step, "diverged_at_step": step, "reason": str(error),
                "last_good_checkpoint": getattr(error, "last_checkpoint", None),
-               "train_wall_s": round(time.perf_counter() - started, 1)}
+               "train_wall_s": round(time.perf_counter() - started, 1),
+               "machine": describe(device_type)}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
 
 
@@ -220,7 +222,8 @@ def _preempted(trainer, recipe_path: str | Path, run_dir: Path, started: float,
         summary = {"status": "preempted", "signal": name, "recipe": str(recipe_path),
                    "run_dir": str(run_dir), "steps": trainer.global_step,
                    "checkpoint": stop.saved_path, "resume": command,
-                   "train_wall_s": round(time.perf_counter() - started, 1)}
+                   "train_wall_s": round(time.perf_counter() - started, 1),
+                   "machine": describe(trainer.strategy.root_device.type)}
         if stop.requeue_note:
             summary["requeue"] = stop.requeue_note
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")

@@ -21,7 +21,6 @@ needs longer then fails with ``UncompletedJobError``, and running the sweep agai
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -34,6 +33,7 @@ from typing import Any
 from submitit import JobEnvironment
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from normzoo.run.hardware import usable_cores
 from normzoo.run.preemption import Preempted
 
 Cell = dict[str, str]
@@ -75,8 +75,7 @@ class Slurm:
 def threads_per_job(jobs: int) -> int:
     """The cores this process may use (its CPU affinity: a container's or a batch job's
     share, not the machine's count) shared out among ``jobs`` cells at once (at least one)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(jobs, 1))
+    return max(1, usable_cores() // max(jobs, 1))
 
 
 def run_one(work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> Any:
