@@ -29,11 +29,16 @@ import contextlib
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from normzoo.data.tokenizer import Tokenizer
 
 _RESIDUAL = re.compile(r"layers\.\d+\.dropout$")
 
@@ -76,8 +81,12 @@ def dropout_off_in_train_mode(model: nn.Module) -> Iterator[None]:
             setattr(module, attribute, value)
 
 
-def measure(model: nn.Module, batches: list, smoothing: float) -> dict:
-    """Loss, entropy, top-token probability and how predictions move along each sentence."""
+def measure(model: nn.Module, batches: list, smoothing: float, *,
+            keep_logits: bool = False) -> dict:
+    """Loss, entropy, top-token probability and how predictions move along each sentence.
+
+    ``keep_logits``: also return the logits of every batch (``logits``), to compare two modes;
+    off by default, as they take about 50 MB a batch at the study's size."""
     from normzoo.tasks.terms import token_terms
 
     torch.manual_seed(0)
@@ -88,7 +97,8 @@ def measure(model: nn.Module, batches: list, smoothing: float) -> dict:
     with torch.no_grad():
         for batch in batches:
             logits = model(batch["src"], batch["tgt_in"]).float()
-            all_logits.append(logits)
+            if keep_logits:
+                all_logits.append(logits)
             labels = batch["tgt_out"]
             plain = token_terms(logits, labels, ignore_index=pad, smoothing=0.0)
             smooth = token_terms(logits, labels, ignore_index=pad, smoothing=smoothing)
@@ -117,19 +127,20 @@ def rows(model: nn.Module, batches: list, smoothing: float) -> list[dict]:
     """Every mode the script compares, eval mode first."""
     results = []
 
-    def run(name: str) -> dict:
-        result = measure(model, batches, smoothing)
+    def run(name: str, keep_logits: bool = False) -> dict:
+        result = measure(model, batches, smoothing, keep_logits=keep_logits)
         result["mode"] = name
         results.append(result)
         return result
 
     model.eval()
-    reference = run("eval mode")
+    reference = run("eval mode", keep_logits=True)
     with dropout_off_in_train_mode(model):
-        same = run("train mode, every dropout p=0")
+        same = run("train mode, every dropout p=0", keep_logits=True)
     same["max_abs_diff_to_eval"] = max(
         (a - b).abs().max().item() for a, b in zip(same["logits"], reference["logits"],
                                                     strict=True))
+    del same["logits"], reference["logits"]
     model.train()
     run("train mode (all dropout on)")
     for kind, modules in dropout_groups(model).items():
@@ -139,11 +150,11 @@ def rows(model: nn.Module, batches: list, smoothing: float) -> list[dict]:
         run(f"eval mode, {kind} dropout on")
     model.eval()
     for result in results:
-        del result["logits"]
+        result.pop("logits", None)
     return results
 
 
-def token_text(tokenizer, token: int) -> str:
+def token_text(tokenizer: Tokenizer, token: int) -> str:
     """A token as the vocabulary spells it (special tokens too, which decoding drops)."""
     return tokenizer.backend.id_to_token(token) or tokenizer.decode([token])
 
@@ -152,13 +163,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--batches", type=int, default=6)
+    parser.add_argument("--batches", type=int, default=6,
+                        help="how many validation batches each row runs (default: 6)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
+    if args.batches < 1:
+        parser.error(f"--batches must be at least 1, not {args.batches}")
     import normzoo
+    from normzoo.checkpoints.atomic import atomic_write_text
+    from normzoo.checkpoints.rolling import checkpoint_step
+    from normzoo.errors import NormzooError
     from normzoo.tasks.datamodule import TextDataModule
 
-    loaded = normzoo.load(args.checkpoint)
+    try:
+        loaded = normzoo.load(args.checkpoint)
+    except NormzooError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
     recipe = loaded.recipe
     if args.data_dir is not None:
         data = recipe.data.model_copy(update={"dir": str(args.data_dir), "source": "files"})
@@ -185,11 +206,10 @@ def main(argv: list[str] | None = None) -> int:
               f"| {r['entropy']:.3f} | {r['top_p']:.3f} | {r['tv_neighbours']:.3f} "
               f"| {r['distinct_argmax']:.1f} | {top} |")
     if args.json is not None:
-        step = re.search(r"(\d+)\.ckpt$", args.checkpoint.name)
-        record = {"checkpoint": args.checkpoint.name, "step": int(step[1]) if step else None,
+        record = {"checkpoint": args.checkpoint.name, "step": checkpoint_step(args.checkpoint),
                   "recipe": loaded.recipe.model_dump(mode="json"), "batches": len(batches),
                   "uniform_loss": uniform, "label_smoothing": smoothing, "rows": results}
-        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(args.json, json.dumps(record, indent=2) + "\n", "eval-gap record")
     return 0
 
 

@@ -55,11 +55,15 @@ def test_train_mode_with_dropout_at_zero_is_eval_mode_and_dropout_comes_back() -
     assert results["train mode, every dropout p=0"]["max_abs_diff_to_eval"] == 0.0
     assert results["train mode (all dropout on)"]["loss"] != results["eval mode"]["loss"]
     for kind in ("residual", "activation", "embedding", "attention"):
-        assert f"eval mode, {kind} dropout on" in results
+        # each kind switched on alone changes what the model computes
+        assert results[f"eval mode, {kind} dropout on"]["loss"] != results["eval mode"]["loss"]
+    assert all("logits" not in r for r in results.values())  # not kept in the records
     # the probabilities are restored and the model is left in eval mode
     assert not model.training
-    assert {m.p for m in eval_gap.dropout_groups(model)["residual"]} == {0.3}
-    assert {m.dropout for m in eval_gap.dropout_groups(model)["attention"]} == {0.2}
+    groups = eval_gap.dropout_groups(model)
+    assert {m.p for m in groups["residual"]} == {m.p for m in groups["embedding"]} == {0.3}
+    assert {m.p for m in groups["activation"]} == {0.1}
+    assert {m.dropout for m in groups["attention"]} == {0.2}
 
 
 def test_a_model_blind_to_position_and_input_reads_as_collapsed() -> None:
@@ -116,10 +120,15 @@ def test_the_section_names_what_the_files_show(tmp_path: Path) -> None:
         _record({"name": "post"}, 6, 1, eval_tv=0.07, eval_loss=9.17, train_loss=9.17),
     ])
     text = "\n".join(study_eval_gap.section(folder))
-    assert "At initialisation, Post-LN 18+18 predicts the same distribution" in text
+    assert "as good as initialisation), Post-LN 18+18 predicts the same distribution" in text
+    assert "Post-LN 6+6 and Pre-LN 18+18 keep positions apart" in text
     assert "Pre-LN 18+18 0.180" in text and "Post-LN 6+6 0.070" in text
     assert "only the residual dropout switched on gives 6.11" in text
     assert "eval mode scores 10.00" in text and "by at most 0.0e+00" in text
+    assert "One kind of dropout makes the gap" in text
+    assert "so its loss exceeds a uniform guess" in text
+    assert "nor the checkpoint scored (the lowest eval-mode loss measured, at step 500, " \
+        "already collapsed)" in text and "first 6 validation batches" in text
     assert text.count("| Post-LN 18+18 | 500 |") == 4  # the p=0 check is in the text, not a row
 
 
@@ -129,8 +138,29 @@ def test_the_section_says_so_where_nothing_collapsed_at_initialisation(tmp_path:
         _record("post", 18, 500, eval_tv=0.0, eval_loss=10.0),
     ])
     text = "\n".join(study_eval_gap.section(folder))
-    assert "At initialisation, no setting predicts the same distribution" in text
-    assert "by at most 1.0e-03" in text
+    assert "as good as initialisation), no setting predicts the same distribution" in text
+    assert "The likely mechanism" not in text  # no collapse at the start to explain
+    assert "The eval path differs from training beyond dropout" in text  # 1e-3 > EXACT
+    assert "by up to 1.0e-03" in text
+    assert "do not explain the reading by a collapse" in text
+
+
+def test_the_section_says_what_the_files_show_where_nothing_collapsed(tmp_path: Path) -> None:
+    """A checkpoint that keeps positions apart, and a gap no one kind of dropout closes: the
+    text says so rather than the first study's story."""
+    record = _record("post", 18, 500, eval_tv=0.09, eval_loss=7.0, train_loss=6.0)
+    record["rows"][-1]["loss"] = 6.8  # residual dropout alone closes a fifth of the gap
+    text = "\n".join(study_eval_gap.section(_write(tmp_path / "gap", [record])))
+    assert "The highest eval-mode loss is not a collapse" in text
+    assert "No one kind of dropout makes the gap alone" in text
+    assert "Training does not undo it" not in text and "already collapsed" not in text
+
+
+def test_a_model_without_dropout_gets_no_dropout_finding(tmp_path: Path) -> None:
+    record = _record("post", 18, 500, eval_tv=0.0, eval_loss=10.0)
+    record["rows"] = [r for r in record["rows"] if not r["mode"].startswith("eval mode, ")]
+    text = "\n".join(study_eval_gap.section(_write(tmp_path / "gap", [record])))
+    assert "kind of dropout" not in text and "Training does not undo it" in text
 
 
 def test_no_measured_checkpoint_no_section(tmp_path: Path) -> None:
