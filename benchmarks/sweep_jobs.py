@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from normzoo.run.hardware import cpu_name
+from common import machine, usable_cores, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -44,8 +44,10 @@ MODELS: dict[str, tuple[int, list[str]]] = {  # name: (updates, overrides)
 COMMON = ["trainer.val_every_steps=1000000", "eval.valid_bleu=false"]
 
 
-def run_sweep(jobs: int, steps: int, overrides: list[str], out: Path) -> tuple[float, list[float]]:
-    """Seconds from launch to exit of one two-cell sweep, and each cell's training seconds."""
+def run_sweep(jobs: int, steps: int, overrides: list[str],
+              out: Path) -> tuple[float, list[float], list[int]]:
+    """Seconds from launch to exit of one two-cell sweep, and each cell's training seconds and
+    torch threads (as its ``summary.json`` records them)."""
     command = [sys.executable, "-m", "normzoo.cli", "sweep", str(RECIPE), "--set", "seed=1,2",
                "--steps", str(steps), "--jobs", str(jobs), "--out", str(out),
                *COMMON, *overrides]
@@ -61,7 +63,8 @@ def run_sweep(jobs: int, steps: int, overrides: list[str], out: Path) -> tuple[f
         raise SystemExit(f"{out / 'results.md'} has no mean ± sd over the seeds:\n{results}")
     cells = [json.loads((out / f"seed-{seed}" / "summary.json").read_text(encoding="utf-8"))
              for seed in (1, 2)]
-    return elapsed, [cell["train_wall_s"] for cell in cells]
+    return (elapsed, [cell["train_wall_s"] for cell in cells],
+            [cell["machine"]["torch_threads"] for cell in cells])
 
 
 def measure(model: str, repeats: int, tmp: Path) -> dict:
@@ -69,12 +72,14 @@ def measure(model: str, repeats: int, tmp: Path) -> dict:
     steps, overrides = MODELS[model]
     wall: dict[int, list[float]] = {1: [], 2: []}
     cell: dict[int, list[float]] = {1: [], 2: []}
+    threads: dict[int, set[int]] = {1: set(), 2: set()}
     for repeat in range(repeats):
         for jobs in (1, 2):
             out = tmp / f"{model}-jobs{jobs}-{repeat}"
-            seconds, cells = run_sweep(jobs, steps, overrides, out)
+            seconds, cells, cell_threads = run_sweep(jobs, steps, overrides, out)
             wall[jobs].append(seconds)
             cell[jobs] += cells
+            threads[jobs] |= set(cell_threads)
             print(f"{model}, --jobs {jobs}, run {repeat + 1}: {seconds:.1f} s "
                   f"(cells {', '.join(f'{c:.1f}' for c in cells)} s)", flush=True)
     median = {jobs: statistics.median(values) for jobs, values in wall.items()}
@@ -82,28 +87,36 @@ def measure(model: str, repeats: int, tmp: Path) -> dict:
     scaling = cell_median[2] / cell_median[1]
     return {"steps": steps, "overrides": overrides, "wall_s": wall, "median_s": median,
             "cell_train_s": cell, "cell_median_s": cell_median, "thread_scaling": scaling,
+            "threads": {jobs: sorted(values) for jobs, values in threads.items()},
             "speedup": median[1] / median[2], "bound": 2 / scaling,
             "results_md": (tmp / f"{model}-jobs2-{repeats - 1}" / "results.md").read_text("utf-8")}
 
 
+def _threads(values: list[int]) -> str:
+    """'1 thread', '2 threads' or '1-2 threads' (cells of one sweep may differ)."""
+    text = "-".join(str(v) for v in sorted({min(values), max(values)}))
+    return f"{text} thread{'s' * (max(values) > 1)}"
+
+
 def render(record: dict) -> list[str]:
+    """The report: a table of wall times per model and jobs, then what limits the speed-up."""
     lines = [
         "# Two-cell sweep: --jobs 1 against --jobs 2", "",
         f"`python benchmarks/sweep_jobs.py --repeats {record['repeats']}`: "
         f"`recipes/quickstart.yaml --set seed=1,2`, each sweep in a fresh folder, on "
-        f"{record['cores']} cores ({record['machine']}), nothing else running. `--jobs 1`: the "
-        "cells one after the other, all threads each; `--jobs 2`: side by side, one thread "
-        "each.", "",
+        f"{record['cores']} usable cores ({record['machine']['cpu']}), nothing else running. "
+        "`--jobs 1`: the cells one after the other, on torch's default threads; `--jobs 2`: "
+        "side by side, the usable cores shared out between them (each cell's threads as its "
+        "`summary.json` records them).", "",
         "| model | updates | jobs | sweep wall time per run (s) | median (s) | a cell's training, "
         "median (s) |", "|---|---|---|---|---|---|",
     ]
     for name, m in record["models"].items():
         for jobs in (1, 2):
-            threads = record["cores"] // jobs
             lines.append(
                 f"| {name} | {m['steps']} | {jobs} | "
                 f"{', '.join(f'{t:.1f}' for t in m['wall_s'][jobs])} | {m['median_s'][jobs]:.1f} "
-                f"| {m['cell_median_s'][jobs]:.1f} ({threads} thread{'s' * (threads > 1)}) |")
+                f"| {m['cell_median_s'][jobs]:.1f} ({_threads(m['threads'][jobs])}) |")
     lines.append("")
     for name, m in record["models"].items():
         verdict = (f"{m['speedup']:.2f}x faster" if m["speedup"] >= 1
@@ -114,8 +127,9 @@ def render(record: dict) -> list[str]:
             f"- **{name}** (`{' '.join(m['overrides']) or 'as shipped'}`): `--jobs 2` is "
             f"{verdict} than `--jobs 1` ({m['median_s'][2]:.1f} s against "
             f"{m['median_s'][1]:.1f} s). A cell's training takes {m['cell_median_s'][1]:.1f} s on "
-            f"{record['cores']} threads and {m['cell_median_s'][2]:.1f} s on 1 (a scaling of "
-            f"{m['thread_scaling']:.2f}x), so side by side can gain at most {m['bound']:.2f}x, "
+            f"{_threads(m['threads'][1])} and {m['cell_median_s'][2]:.1f} s on "
+            f"{_threads(m['threads'][2])} (a scaling of {m['thread_scaling']:.2f}x), so side by "
+            f"side can gain at most {m['bound']:.2f}x, "
             f"less the start of the job processes: outside training, `--jobs 2` spends "
             f"{outside[2]:.1f} s (Python, torch and Lightning imported again in each job's "
             f"process, submitit's polling) where `--jobs 1` spends {outside[1]:.1f} s.")
@@ -131,21 +145,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS),
                         help=f"comma-separated, of {', '.join(MODELS)}")
     args = parser.parse_args(argv)
-    models = args.models.split(",")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, not {args.repeats}")
+    models = list(dict.fromkeys(args.models.split(",")))  # once each: folders are per model
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown model {unknown[0]!r}; known: {', '.join(MODELS)}")
-    record: dict = {"repeats": args.repeats, "cores": os.cpu_count(),
-                    "machine": cpu_name(), "models": {}}
+    record: dict = {"repeats": args.repeats, "cores": usable_cores(),
+                    "machine": machine(usable_cores()), "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
             record["models"][model] = measure(model, args.repeats, Path(tmp))
     lines = render(record)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     for m in record["models"].values():
         del m["results_md"]
-    (RESULTS / "sweep-jobs-cpu.json").write_text(json.dumps(record, indent=2) + "\n")
-    (RESULTS / "sweep-jobs-cpu.md").write_text("\n".join(lines), encoding="utf-8")
+    write_report(RESULTS / "sweep-jobs-cpu.md", lines, record)
     print("\n".join(lines))
     return 0
 

@@ -76,3 +76,29 @@ def test_quality_trains_every_recipe_within_its_budget(tmp_path: Path):
         assert summary["steps"] == 20 and positive(row["cpu_s"])
         assert math.isfinite(summary["test"]["bleu"]) and summary["test"]["bleu"] >= 0
         assert f"`{row['recipe']}`" in markdown
+
+
+def test_sweep_jobs_labels_threads_from_the_cells_records() -> None:
+    """The report names each cell's threads as its summary.json recorded them, not as the
+    machine's core count divided by the jobs (wrong on any machine but an unrestricted one)."""
+    import sweep_jobs
+
+    model = {"steps": 3, "overrides": [], "wall_s": {1: [10.0], 2: [7.0]},
+             "median_s": {1: 10.0, 2: 7.0}, "cell_median_s": {1: 4.0, 2: 6.0},
+             "thread_scaling": 1.5, "speedup": 10 / 7, "bound": 2 / 1.5,
+             "threads": {1: [8], 2: [4]}, "results_md": "| seed | ... |"}
+    record = {"repeats": 1, "cores": 8, "machine": {"cpu": "Some CPU (family 1, model 2)"},
+              "models": {"micro": model}}
+    text = "\n".join(sweep_jobs.render(record))
+    assert "8 usable cores (Some CPU (family 1, model 2))" in text
+    assert "| micro | 3 | 1 | 10.0 | 10.0 | 4.0 (8 threads) |" in text
+    assert "| micro | 3 | 2 | 7.0 | 7.0 | 6.0 (4 threads) |" in text
+    assert "4.0 s on 8 threads and 6.0 s on 4 threads" in text
+    assert "1.43x faster" in text
+
+
+@pytest.mark.parametrize("args", [["--repeats", "0"], ["--models", "micro,huge"]])
+def test_sweep_jobs_refuses_bad_arguments_before_running(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "sweep_jobs.py"), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
