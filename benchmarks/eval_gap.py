@@ -87,7 +87,7 @@ def measure(model: nn.Module, batches: list, smoothing: float, *,
 
     ``keep_logits``: also return the logits of every batch (``logits``), to compare two modes;
     off by default, as they take about 50 MB a batch at the study's size."""
-    from normzoo.tasks.terms import token_terms
+    from normzoo.nn.token_loss import token_terms
 
     torch.manual_seed(0)
     pad = model.pad_id  # padding is left out of the loss and the predictions
@@ -170,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 1:
         parser.error(f"--batches must be at least 1, not {args.batches}")
     import normzoo
-    from normzoo.checkpoints.atomic import atomic_write_text
     from normzoo.checkpoints.rolling import checkpoint_step
     from normzoo.errors import NormzooError
+    from normzoo.io.atomic import atomic_write_text
     from normzoo.tasks.datamodule import TextDataModule
 
     try:

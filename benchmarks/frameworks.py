@@ -72,8 +72,8 @@ class TrainSetup:
 
 def token_loss_terms(logits: torch.Tensor,
                      target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """normzoo's training loss (:func:`normzoo.tasks.terms.token_terms`), on a peer's logits."""
-    from normzoo.tasks.terms import token_terms
+    """normzoo's training loss (:func:`normzoo.nn.token_loss.token_terms`), on a peer's logits."""
+    from normzoo.nn.token_loss import token_terms
 
     terms = token_terms(logits, target, ignore_index=PAD, smoothing=LABEL_SMOOTHING)
     return terms.loss_sum, terms.tokens

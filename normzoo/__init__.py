@@ -13,7 +13,7 @@ moved.install()  # the 0.1 layout's import paths, with a DeprecationWarning (nor
 def __getattr__(name: str):
     """``normzoo.load`` without importing torch at ``import normzoo`` time."""
     if name == "load":
-        from normzoo.checkpoints.load import load
+        from normzoo.inference.load import load
 
         return load
     raise AttributeError(f"module 'normzoo' has no attribute {name!r}")

@@ -25,8 +25,8 @@ REMOVED_IN = "0.3"
 MOVED: dict[str, tuple[str, ...]] = {
     "normzoo.registry_entry": ("normzoo.registry.entry",),
     "normzoo.options": ("normzoo.registry.options",),
-    "normzoo.atomic": ("normzoo.checkpoints.atomic",),
-    "normzoo.checkpoint": ("normzoo.checkpoints.load", "normzoo.inference.model",
+    "normzoo.atomic": ("normzoo.io.atomic",),
+    "normzoo.checkpoint": ("normzoo.inference.load", "normzoo.inference.model",
                            "normzoo.inference.device", "normzoo.checkpoints.reading"),
     "normzoo.checkpoint_files": ("normzoo.checkpoints.reading", "normzoo.checkpoints.plugins",
                                  "normzoo.checkpoints.rebuild"),
@@ -41,7 +41,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "normzoo.train": ("normzoo.run.training",),
     "normzoo.runlock": ("normzoo.run.lock",),
     "normzoo.preemption": ("normzoo.run.preemption",),
-    "normzoo.rng": ("normzoo.run.rng",),
+    "normzoo.rng": ("normzoo.checkpoints.rng_state",),
     "normzoo.machine": ("normzoo.run.machine",),
     "normzoo.optim": ("normzoo.tasks.optim",),
     "normzoo.diagnostics.sweep": ("normzoo.sweep.runner",),
@@ -52,6 +52,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "normzoo.diagnostics.grid": ("normzoo.recipe.grid",),
     "normzoo.data.prepared": ("normzoo.data.cache",),
     "normzoo.data.prepare_tokenizer": ("normzoo.data.train_tokenizer",),
+    "normzoo.checkpoints.atomic": ("normzoo.io.atomic",),
+    "normzoo.checkpoints.load": ("normzoo.inference.load",),
+    "normzoo.tasks.terms": ("normzoo.nn.token_loss",),
+    "normzoo.run.rng": ("normzoo.checkpoints.rng_state",),
 }
 
 

@@ -55,7 +55,7 @@ def kill_before_step(step: int, signum: int = signal.SIGKILL) -> None:
 
 
 def kill_inside_checkpoint_write(nth: int) -> None:
-    from normzoo.checkpoints import atomic
+    from normzoo.io import atomic
 
     write = atomic.atomic_write
     seen = {"checkpoints": 0}
@@ -90,7 +90,7 @@ def pause_at_step(step: int) -> None:
 
 
 def disk_full_at_step_checkpoint(nth: int) -> None:
-    from normzoo.checkpoints import atomic
+    from normzoo.io import atomic
 
     fsync, writes = os.fsync, {"step": 0}
 

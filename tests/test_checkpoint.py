@@ -16,11 +16,11 @@ import torch
 from typer.testing import CliRunner
 
 import normzoo
-from normzoo.checkpoints.load import CheckpointError, load_checkpoint, load_export
 from normzoo.cli import app
 from normzoo.data import builtin
 from normzoo.export.writer import export
 from normzoo.inference.decoding import beam_search, greedy
+from normzoo.inference.load import CheckpointError, load_checkpoint, load_export
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
 

@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 from tiny import tiny, toy_text
 
 from normzoo import cli
-from normzoo.checkpoints.load import EXPORT_FILES, load_export
+from normzoo.inference.load import EXPORT_FILES, load_export
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 HERE = Path(__file__).parent

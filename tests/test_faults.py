@@ -26,8 +26,8 @@ from tiny import TINY
 from typer.testing import CliRunner
 
 from normzoo import recipe as recipes
-from normzoo.checkpoints.load import EXPORT_FILES
 from normzoo.cli import app
+from normzoo.inference.load import EXPORT_FILES
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 runner = CliRunner()

@@ -147,7 +147,7 @@ def test_a_failed_rewrite_leaves_the_file_whole(tmp_path: Path,
     import os
     from types import SimpleNamespace
 
-    from normzoo.checkpoints import atomic
+    from normzoo.io import atomic
 
     logger, path = logger_in(tmp_path)
     path.parent.mkdir(parents=True)

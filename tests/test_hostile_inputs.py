@@ -31,9 +31,9 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from normzoo import recipe as recipes
-from normzoo.checkpoints.load import load_checkpoint, load_export
 from normzoo.cli import app
 from normzoo.errors import ConfigError, NormzooError
+from normzoo.inference.load import load_checkpoint, load_export
 from normzoo.models.config import Component
 from normzoo.recipe import Recipe, from_dict, load
 

@@ -93,14 +93,14 @@ def test_the_cycle_check_sees_the_imports_that_made_the_old_cycles():
     assert "normzoo.models.component" in graph["normzoo.models.resolve"]
     assert "normzoo.models.resolve" in graph["normzoo.models.config"]
     assert "normzoo.models.config" not in graph["normzoo.models.resolve"]
-    assert "normzoo.checkpoints.reading" in graph["normzoo.checkpoints.load"]
+    assert "normzoo.checkpoints.reading" in graph["normzoo.inference.load"]
 
 
 def test_loading_a_checkpoint_enters_each_module_once_on_its_way_down(tiny_checkpoint: Path):
-    """``normzoo evaluate`` loads through :func:`normzoo.checkpoints.load.load`: it reads and
+    """``normzoo evaluate`` loads through :func:`normzoo.inference.load.load`: it reads and
     checks the file, checks the plugins, rebuilds the model and hands back a ``Loaded``, each
     module entered once, and no module calls back into one that called it."""
-    from normzoo.checkpoints.load import load
+    from normzoo.inference.load import load
 
     entries: list[tuple[str, str]] = []  # (caller module, callee module), across modules
     back_up: list[str] = []
@@ -134,21 +134,21 @@ def test_loading_a_checkpoint_enters_each_module_once_on_its_way_down(tiny_check
         sys.setprofile(None)
     assert loaded.model is not None and not loaded.model.training
     assert back_up == []
-    from_load = [callee for caller, callee in entries if caller == "normzoo.checkpoints.load"]
+    from_load = [callee for caller, callee in entries if caller == "normzoo.inference.load"]
     ours = [callee for callee in from_load if callee.startswith("normzoo.checkpoints")]
     assert ours == ["normzoo.checkpoints.reading", "normzoo.checkpoints.plugins",
                     "normzoo.checkpoints.rebuild"]
     for module in ours:  # entered from load only, and once
         assert [caller for caller, callee in entries if callee == module] == [
-            "normzoo.checkpoints.load"], module
+            "normzoo.inference.load"], module
 
 
 # Names plugins and scripts imported from the 0.1 layout, each with where it lives now.
 OLD_NAMES = [
     ("normzoo.registry_entry", "PluginInfo", "normzoo.registry.entry"),
     ("normzoo.options", "validate_options", "normzoo.registry.options"),
-    ("normzoo.checkpoint", "load", "normzoo.checkpoints.load"),
-    ("normzoo.checkpoint", "load_checkpoint", "normzoo.checkpoints.load"),
+    ("normzoo.checkpoint", "load", "normzoo.inference.load"),
+    ("normzoo.checkpoint", "load_checkpoint", "normzoo.inference.load"),
     ("normzoo.checkpoint", "Loaded", "normzoo.inference.model"),
     ("normzoo.checkpoint", "inference_device", "normzoo.inference.device"),
     ("normzoo.checkpoint", "EXPORT_FILES", "normzoo.checkpoints.reading"),
@@ -156,7 +156,7 @@ OLD_NAMES = [
     ("normzoo.checkpoint_files", "check_plugins", "normzoo.checkpoints.plugins"),
     ("normzoo.checkpoint_files", "load_state", "normzoo.checkpoints.rebuild"),
     ("normzoo.checkpointing", "newest_checkpoint", "normzoo.checkpoints.rolling"),
-    ("normzoo.atomic", "atomic_write_text", "normzoo.checkpoints.atomic"),
+    ("normzoo.atomic", "atomic_write_text", "normzoo.io.atomic"),
     ("normzoo.decoding", "beam_search", "normzoo.inference.decoding"),
     ("normzoo.evaluate", "translate_dataset", "normzoo.inference.translate"),
     ("normzoo.scoring", "score", "normzoo.inference.scoring"),
@@ -166,13 +166,17 @@ OLD_NAMES = [
     ("normzoo.train", "run", "normzoo.run.training"),
     ("normzoo.runlock", "RunLock", "normzoo.run.lock"),
     ("normzoo.preemption", "Preempted", "normzoo.run.preemption"),
-    ("normzoo.rng", "capture", "normzoo.run.rng"),
+    ("normzoo.rng", "capture", "normzoo.checkpoints.rng_state"),
     ("normzoo.machine", "check_machine", "normzoo.run.machine"),
     ("normzoo.optim", "lr_factor", "normzoo.tasks.optim"),
     ("normzoo.diagnostics.sweep", "sweep", "normzoo.sweep.runner"),
     ("normzoo.diagnostics.launch", "run_cells", "normzoo.sweep.launch"),
     ("normzoo.diagnostics.compare", "compare_runs", "normzoo.sweep.compare"),
     ("normzoo.diagnostics.grid", "parse_grid", "normzoo.recipe.grid"),
+    ("normzoo.checkpoints.atomic", "atomic_write_text", "normzoo.io.atomic"),
+    ("normzoo.checkpoints.load", "load", "normzoo.inference.load"),
+    ("normzoo.tasks.terms", "token_terms", "normzoo.nn.token_loss"),
+    ("normzoo.run.rng", "capture", "normzoo.checkpoints.rng_state"),
     ("normzoo.data.prepared", None, "normzoo.data.cache"),
     ("normzoo.data.prepare_tokenizer", "recipe_tokenizer", "normzoo.data.train_tokenizer"),
 ]

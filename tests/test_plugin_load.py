@@ -18,9 +18,9 @@ import torch
 from typer.testing import CliRunner
 
 from normzoo import registry
-from normzoo.checkpoints.load import CheckpointError, load_checkpoint
 from normzoo.cli import app
 from normzoo.errors import NormzooError
+from normzoo.inference.load import CheckpointError, load_checkpoint
 
 # fakeln is the built-in LayerNorm under another name, so the checkpoint's weights fit it.
 SAME = '''

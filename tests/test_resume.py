@@ -21,13 +21,13 @@ import pytest
 import torch
 import yaml
 
-from normzoo.checkpoints.atomic import (
+from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
+from normzoo.errors import RuntimeFailure
+from normzoo.io.atomic import (
     atomic_write_text,
     remove_stale_temporaries,
     save_checkpoint_atomically,
 )
-from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
-from normzoo.errors import RuntimeFailure
 
 HERE = Path(__file__).parent
 # 200 sentences in batches of 256 tokens: 15 batches an epoch, so 30 steps cross an epoch
@@ -371,7 +371,7 @@ def test_a_failed_write_leaves_the_previous_file_whole(tmp_path: Path):
         f.write(b"half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    from normzoo.checkpoints import atomic
+    from normzoo.io import atomic
 
     with pytest.raises(RuntimeFailure, match=r"disk is full.*previous version.*intact") as info:
         atomic.atomic_write(target, explode, "checkpoint")

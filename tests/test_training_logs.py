@@ -14,8 +14,8 @@ from lightning.fabric.utilities.throughput import measure_flops
 from tiny import tiny
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from normzoo.checkpoints import rng_state as rng
 from normzoo.recipe import from_dict
-from normzoo.run import rng
 from normzoo.run import training as train
 from normzoo.tasks import task_class
 from normzoo.tasks.optim import GROUP_NAMES, lr_factor

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import fsync_directory, temporary_path
+from normzoo.io.atomic import fsync_directory, temporary_path
 
 STEP_FILE = re.compile(r"^step-(\d+)\.ckpt$")
 # Among checkpoints of one step, the one written last holds every callback's final state.

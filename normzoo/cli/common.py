@@ -60,8 +60,8 @@ def file_system_failures() -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        from normzoo.checkpoints.atomic import os_reason
         from normzoo.errors import RuntimeFailure
+        from normzoo.io.atomic import os_reason
 
         where = f" {error.filename}" if error.filename else ""
         raise RuntimeFailure(f"could not write{where}: {os_reason(error)}") from None

@@ -58,7 +58,7 @@ def diagnose(
             raise NormzooError(f"{given} applies to a recipe, not to the checkpoint {target}: "
                                "its weights were trained with its own recipe; diagnose the "
                                "recipe (at initialisation) to compare variants")
-        from normzoo.checkpoints.load import load
+        from normzoo.inference.load import load
 
         loaded = load(target)
         recipe = loaded.recipe
@@ -73,7 +73,7 @@ def diagnose(
     results = {v.label: measure(v, tokenizer, batch) for v in variants}
     report = table(results)
     typer.echo(report)
-    from normzoo.checkpoints.atomic import atomic_write_text
+    from normzoo.io.atomic import atomic_write_text
 
     with file_system_failures():  # each file whole or not at all
         out.mkdir(parents=True, exist_ok=True)

@@ -46,11 +46,11 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
-    from normzoo.checkpoints.atomic import atomic_write_text
-    from normzoo.checkpoints.load import load
     from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
     from normzoo.errors import NormzooError
+    from normzoo.inference.load import load
     from normzoo.inference.translate import language_model_metrics
+    from normzoo.io.atomic import atomic_write_text
 
     if hyps is not None:
         check_output_file(hyps, "--hyps")

@@ -52,8 +52,8 @@ def generate(
     seeded SEED + i, so the lines equal the Python API's
     normzoo.load(CKPT).generate(prompts, seed=SEED), whatever the batch size.
     """
-    from normzoo.checkpoints.load import load
     from normzoo.errors import NormzooError
+    from normzoo.inference.load import load
 
     if prompt is not None and input is not None:
         raise NormzooError("give --prompt or --input, not both")

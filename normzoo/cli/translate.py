@@ -39,7 +39,7 @@ def translate(
     tokens; at a terminal each line is translated as soon as it is typed. An empty line gets
     an empty line; a line longer than the model's positions is cut to fit, with a warning that
     names it."""
-    from normzoo.checkpoints.load import load
+    from normzoo.inference.load import load
 
     live = interactive(input)
     lines = None if live else read_inputs(input)

@@ -22,8 +22,8 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from normzoo.checkpoints.atomic import atomic_write_text, os_reason
 from normzoo.errors import NormzooError, RuntimeFailure
+from normzoo.io.atomic import atomic_write_text, os_reason
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
 PAD, BOS, EOS, UNK, MASK = range(len(SPECIALS))

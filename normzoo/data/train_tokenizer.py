@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from normzoo.checkpoints.atomic import atomic_write_text
 from normzoo.data import chunks
 from normzoo.data.cache import cache_root, ensure_folder
 from normzoo.data.tokenizer import Tokenizer, cache_failure, train_tokenizer
 from normzoo.errors import NormzooError, RuntimeFailure
+from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 
 

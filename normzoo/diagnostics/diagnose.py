@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from normzoo.checkpoints.atomic import save_figure
 from normzoo.data.batching import token_budget_batches
 from normzoo.diagnostics.probes import Measurements, gradient_norms, probe
+from normzoo.io.atomic import save_figure
 from normzoo.recipe import Recipe
 
 
@@ -118,10 +118,10 @@ def diagnose_run(run_dir: Path) -> list[dict]:
     import csv
     import io
 
-    from normzoo.checkpoints.atomic import atomic_write_text
-    from normzoo.checkpoints.load import load_checkpoint
     from normzoo.checkpoints.reading import CheckpointError
     from normzoo.data.train_tokenizer import recipe_tokenizer
+    from normzoo.inference.load import load_checkpoint
+    from normzoo.io.atomic import atomic_write_text
 
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     variants, note = [], ""

@@ -26,8 +26,6 @@ from typing import Any
 import torch
 
 from normzoo import __version__
-from normzoo.checkpoints.atomic import fsync_directory, os_reason
-from normzoo.checkpoints.load import load_checkpoint
 from normzoo.checkpoints.reading import (
     EXPORT_FILES,
     CheckpointError,
@@ -38,6 +36,8 @@ from normzoo.checkpoints.reading import (
 from normzoo.checkpoints.rebuild import load_state
 from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
 from normzoo.errors import RuntimeFailure
+from normzoo.inference.load import load_checkpoint
+from normzoo.io.atomic import fsync_directory, os_reason
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:

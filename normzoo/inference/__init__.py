@@ -1,5 +1,7 @@
 """Using a trained model: decoding, whole-split translation, and scoring.
 
+* :mod:`~normzoo.inference.load` — ``normzoo.load``: the one way down from a checkpoint or an
+  export folder to a model, through :mod:`normzoo.checkpoints`' reading, plugins and rebuild.
 * :mod:`~normzoo.inference.model` — :class:`Loaded`, what ``normzoo.load`` hands back.
 * :mod:`~normzoo.inference.device` — the device a user names, checked against this machine.
 * :mod:`~normzoo.inference.decoding` — greedy and beam search, sampling, with the KV cache.

@@ -3,7 +3,7 @@
 :class:`Loaded` holds the model, its tokenizer and the recipe that trained it, and translates,
 samples or streams with them through :mod:`~normzoo.inference.decoding` and
 :mod:`~normzoo.inference.translate`. It knows nothing of files: the checkpoint loader
-(:mod:`normzoo.checkpoints.load`) builds it.
+(:mod:`normzoo.inference.load`) builds it.
 """
 
 from __future__ import annotations

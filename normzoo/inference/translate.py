@@ -12,8 +12,8 @@ from normzoo.data.examples import ParallelData
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.inference.decoding import beam_search, greedy
 from normzoo.models.families import Seq2SeqModel
+from normzoo.nn.token_loss import token_terms
 from normzoo.recipe import EvalConfig
-from normzoo.tasks.terms import token_terms
 
 
 class InputCut(UserWarning):
@@ -81,7 +81,7 @@ def translate_dataset(
 def language_model_metrics(loaded, lines: list[str], max_tokens: int,
                            seed: int | None = None) -> dict:
     """MLM accuracy (masked LM, seeded masking) or perplexity (causal LM) on raw ``lines``:
-    the token terms the LM tasks log in validation (:func:`normzoo.tasks.terms.token_terms`),
+    the token terms the LM tasks log in validation (:func:`normzoo.nn.token_loss.token_terms`),
     summed over the whole text. The masks are seeded as the run's validation and test seed
     them (the recipe's ``seed`` unless ``seed`` is given), sentence by sentence, so a split
     scores what the run's final test scored, whatever ``max_tokens``."""

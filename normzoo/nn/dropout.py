@@ -9,8 +9,8 @@ float32 uniform has steps of 2^-24, so both are rounding of the same kind). Kept
 scaled by 1/(1-p), as ``F.dropout`` scales them.
 
 The masks come from the same generator as every other draw, so ``seed`` fixes them and a
-resumed run (:mod:`normzoo.run.rng`) draws what an unbroken one would. On other devices, and for
-p = 1, this is ``F.dropout``: GPU kernels draw their masks fast.
+resumed run (:mod:`normzoo.checkpoints.rng_state`) draws what an unbroken one would. On other
+devices, and for p = 1, this is ``F.dropout``: GPU kernels draw their masks fast.
 """
 
 from __future__ import annotations

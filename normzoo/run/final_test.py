@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import atomic_write_text
+from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 
 

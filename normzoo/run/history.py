@@ -18,7 +18,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import atomic_write_text
+from normzoo.io.atomic import atomic_write_text
 
 # Where normzoo before this version kept the earlier rows during a resumed run; read once more
 # (a run stopped under that version), then removed.
@@ -135,7 +135,7 @@ def csv_logger(save_dir: Path) -> Any:
             Lightning leaves them out."""
             import yaml
 
-            from normzoo.checkpoints.atomic import atomic_write_text
+            from normzoo.io.atomic import atomic_write_text
 
             self.hparams.update(params)
             plain = {}

@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import remove_stale_temporaries
 from normzoo.checkpoints.rebuild import as_written
 from normzoo.errors import NormzooError
+from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import checkpoint_io
 from normzoo.errors import NormzooError, RuntimeFailure
+from normzoo.io.atomic import checkpoint_io
 from normzoo.recipe import Recipe
 from normzoo.tasks import monitored_metric
 

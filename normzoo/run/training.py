@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import atomic_write_text
+from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import resolve_paths
 from normzoo.run.console import header, quiet_libraries

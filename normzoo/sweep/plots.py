@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter
 
-from normzoo.checkpoints.atomic import save_figure
+from normzoo.io.atomic import save_figure
 from normzoo.recipe.grid import label
 from normzoo.run.history import read_metrics
 

@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.atomic import atomic_write_text
 from normzoo.errors import RuntimeFailure
+from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe.grid import (  # noqa: F401  (cells' names and overrides: public here too)
     cell_name,
     cell_overrides,

@@ -3,7 +3,7 @@ training batch costs (for Lightning's ``ThroughputMonitor``) and what a checkpoi
 can be used without the run directory.
 
 A task says two things about a batch: its model's :meth:`~NormzooTask.logits`, and its
-:meth:`~NormzooTask.loss_terms` (summed token loss and token count, :mod:`normzoo.tasks.terms`).
+:meth:`~NormzooTask.loss_terms` (summed token loss and token count, :mod:`normzoo.nn.token_loss`).
 Training, validation, diagnostics and the divergence guard use nothing else.
 
 A checkpoint holds only plain data (dicts, strings, tensors) so that it loads with
@@ -19,12 +19,12 @@ import lightning as L
 import torch
 
 from normzoo import __version__
+from normzoo.checkpoints import rng_state as rng
 from normzoo.models import assemble
+from normzoo.nn.token_loss import LossTerms
 from normzoo.recipe import Recipe
 from normzoo.residual import admin
-from normzoo.run import rng
 from normzoo.tasks.optim import GROUP_NAMES, build_optimizer
-from normzoo.tasks.terms import LossTerms
 
 
 def sentences(batch: dict[str, Any]) -> int:

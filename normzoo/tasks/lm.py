@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torchmetrics import MeanMetric
 
+from normzoo.nn.token_loss import LossTerms, token_terms
 from normzoo.recipe import Recipe
 from normzoo.tasks.base import NormzooTask
-from normzoo.tasks.terms import LossTerms, token_terms
 
 
 class _TokenPrediction(NormzooTask):

@@ -9,9 +9,9 @@ import torch
 from normzoo.data.tokenizer import PAD, Tokenizer
 from normzoo.inference.scoring import score
 from normzoo.inference.translate import translate_batch
+from normzoo.nn.token_loss import LossTerms, token_terms
 from normzoo.recipe import Recipe
 from normzoo.tasks.base import NormzooTask
-from normzoo.tasks.terms import LossTerms, token_terms
 
 
 class TranslationTask(NormzooTask):
