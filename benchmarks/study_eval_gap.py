@@ -25,6 +25,16 @@ EXPLAINED = 0.1  # one dropout kind alone within this share of the eval-train ga
 NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
+def protocol(recipe: dict) -> str:
+    """'' for the first study's schedule (cosine, a 200-step warm-up), else how it differs: the
+    same scheme and depth under another protocol is another setting."""
+    optim = recipe.get("optim") or {}
+    schedule, warmup = optim.get("schedule", "cosine"), optim.get("warmup_steps", 200)
+    if (schedule, warmup) == ("cosine", 200):
+        return ""
+    return f", {schedule} schedule, warm-up {warmup}"
+
+
 def load(folder: Path) -> list[dict]:
     """The measured checkpoints, ordered by setting, then step."""
     records = [json.loads(path.read_text(encoding="utf-8"))
@@ -34,7 +44,9 @@ def load(folder: Path) -> list[dict]:
         residual = model["residual"]
         name = residual if isinstance(residual, str) else residual["name"]
         record["setting"] = (f"{NAMES.get(name, name)} "
-                             f"{model['encoder_layers']}+{model['decoder_layers']}")
+                             f"{model['encoder_layers']}+{model['decoder_layers']}"
+                             f"{protocol(record['recipe'])}")
+        record["first_study"] = not protocol(record["recipe"])
         record["by_mode"] = {row["mode"]: row for row in record["rows"]}
     return sorted(records, key=lambda r: (r["setting"], r["step"] or 0))
 
@@ -169,9 +181,27 @@ def _verdict(records: list[dict]) -> str:
             "Post-LN that collapsed reads in eval mode.")
 
 
+def _other_protocols(records: list[dict]) -> list[str]:
+    """One line per checkpoint of a later protocol: does it read the same way?"""
+    lines = []
+    for record in records:
+        row, train = _row(record, "eval mode"), _row(record, "train mode (all dropout on)")
+        state = ("predicts one distribution along each sentence" if _collapsed(record)
+                 else "tells positions apart")
+        lines.append(
+            f"- **{record['setting']}, step {record['step']}**: eval mode {state} (TV "
+            f"{row['tv_neighbours']:.3f}, {row['distinct_argmax']:.1f} distinct argmax a "
+            f"sentence); loss {row['loss']:.2f} in eval mode, {train['loss']:.2f} in train mode "
+            f"(ln V = {record['uniform_loss']:.2f}).")
+    return lines
+
+
 def section(folder: Path) -> list[str]:
-    """The report's section, or nothing where no checkpoint has been measured."""
-    records = load(folder) if folder.is_dir() else []
+    """The report's section, or nothing where no checkpoint of the first study's protocol has
+    been measured; checkpoints of later protocols follow it, read the same way."""
+    measured = load(folder) if folder.is_dir() else []
+    records = [r for r in measured if r["first_study"]]
+    later = [r for r in measured if not r["first_study"]]
     if not records:
         return []
     return [
@@ -191,6 +221,9 @@ def section(folder: Path) -> list[str]:
         "trains deep Post-LN instead is the stability tier's question, in the verdicts above.",
         "",
         *_table(records), "",
+        *(["The same reading of deep cells trained under the study's protocols (their "
+           "checkpoints, read by the same command):", "", *_other_protocols(later), "",
+           *_table(later), ""] if later else []),
     ]
 
 

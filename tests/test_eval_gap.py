@@ -166,3 +166,18 @@ def test_a_model_without_dropout_gets_no_dropout_finding(tmp_path: Path) -> None
 def test_no_measured_checkpoint_no_section(tmp_path: Path) -> None:
     assert study_eval_gap.section(tmp_path / "missing") == []
     assert study_eval_gap.section(_write(tmp_path / "empty", [])) == []
+
+
+def test_a_later_protocol_is_another_setting_read_after_the_first_study(tmp_path: Path) -> None:
+    """A Post-LN 18+18 checkpoint trained without warm-up is not the first study's Post-LN
+    18+18: its own label, its own line, and the first study's findings do not count it."""
+    later = _record("post", 18, 1000, eval_tv=0.2, eval_loss=20.0, train_loss=7.0)
+    later["recipe"]["optim"] = {"schedule": "inverse_sqrt", "warmup_steps": 0}
+    folder = _write(tmp_path / "gap", [_record("post", 18, 500, eval_tv=0.0, eval_loss=10.0),
+                                       later])
+    text = "\n".join(study_eval_gap.section(folder))
+    assert "eval mode scores 10.00" in text  # the worst of the first study, not the later 20.0
+    assert ("**Post-LN 18+18, inverse_sqrt schedule, warm-up 0, step 1000**: eval mode tells "
+            "positions apart (TV 0.200") in text
+    assert "| Post-LN 18+18, inverse_sqrt schedule, warm-up 0 | 1000 | eval mode |" in text
+    assert study_eval_gap.section(_write(tmp_path / "only-later", [later])) == []
