@@ -236,7 +236,15 @@ def _one(cells: list[Cell], tier: str, scheme: str) -> Cell | None:
 
 
 def claim_gradients(cells: list[Cell], refs: list[str] | None) -> tuple[str, str]:
+    """At initialisation, so from the stability tier's 18+18 pair or, until both of those have
+    run, the no-warm-up tier's: the same seed gives the same weights and the same first batch,
+    and the learning rate plays no part before the first update."""
+    where = "18+18 at initialisation, "
     post, pre = _one(cells, "stability", "post"), _one(cells, "stability", "pre")
+    if post is None or pre is None:
+        post, pre = _one(cells, "nowarmup", "post"), _one(cells, "nowarmup", "pre")
+        where = ("18+18 at initialisation (measured in the no-warm-up cells: the same seed, so "
+                 "the same weights and first batch as the stability tier's), ")
     if post is None or pre is None:
         return "not yet measured", ""
     text, shown = [], []
@@ -248,7 +256,7 @@ def claim_gradients(cells: list[Cell], refs: list[str] | None) -> tuple[str, str
         shown.append(r_post is not None and r_pre is not None and r_post >= 2
                      and r_pre <= r_post / 2)
     verdict = "shown" if all(shown) else "shown in part" if any(shown) else "not shown"
-    return verdict, "18+18 at initialisation, " + "; ".join(text)
+    return verdict, where + "; ".join(text)
 
 
 def _trains_where_other_fails(result: Comparison | None, context: str) -> tuple[str, str]:

@@ -216,3 +216,13 @@ def test_the_two_slots_run_every_sweep_once(capsys: pytest.CaptureFixture[str]) 
     assert len(set(folders)) == len(folders)
     assert {tier for tier, _, _ in study_depth.SWEEPS} == set(study_depth.TIERS)
     assert all(line.startswith("OMP_NUM_THREADS=1 normzoo sweep ") for line in printed)
+
+
+def test_the_gradients_at_initialisation_are_read_from_the_no_warm_up_pair_until_the_deep_pair_ran(
+        report) -> None:
+    """Verdict 1 is a measurement of the initialisation, the same for both 18+18 tiers."""
+    text = report({("nowarmup", "post", "1"): (0.5, BAD), ("nowarmup", "pre", "1"): (20.0, GOOD)},
+                  render_only=False)
+    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
+    assert "measured in the no-warm-up cells" in text
+    assert "### 3. Pre-LN's stream grows and its deep layers' branches shrink: **not yet" in text
