@@ -18,17 +18,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from normzoo.run import hardware
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 VERSIONED = ("torch", "lightning", "transformers", "x-transformers", "normzoo")
-
-
-def usable_cores() -> int:
-    """The cores this process may use (its affinity), as the runs' ``summary.json`` counts them."""
-    from normzoo.run.hardware import usable_cores as cores
-
-    return cores()
 
 
 def cpu_model() -> str:
@@ -62,7 +57,7 @@ def machine(threads: int) -> dict[str, Any]:
     """Everything a reader needs to compare these numbers with their own."""
     return {
         "cpu": cpu_model(),
-        "cores": usable_cores(),
+        "cores": hardware.usable_cores(),
         "threads": threads,
         "gpu": gpu_name(),
         "python": platform.python_version(),

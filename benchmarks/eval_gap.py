@@ -120,7 +120,7 @@ def measure(model: nn.Module, batches: list, smoothing: float, *,
             "top_p": top_p / count, "tv_neighbours": moves / max(pairs, 1),
             "distinct_argmax": distinct / max(sentences, 1),
             "top_predictions": [(i, n / count) for i, n in predictions.most_common(3)],
-            "logits": all_logits}
+            **({"logits": all_logits} if keep_logits else {})}
 
 
 def rows(model: nn.Module, batches: list, smoothing: float) -> list[dict]:
@@ -149,8 +149,6 @@ def rows(model: nn.Module, batches: list, smoothing: float) -> list[dict]:
             module.train()
         run(f"eval mode, {kind} dropout on")
     model.eval()
-    for result in results:
-        result.pop("logits", None)
     return results
 
 

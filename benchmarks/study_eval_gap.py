@@ -43,10 +43,10 @@ def load(folder: Path) -> list[dict]:
         model = record["recipe"]["model"]
         residual = model["residual"]
         name = residual if isinstance(residual, str) else residual["name"]
+        trained_under = protocol(record["recipe"])
         record["setting"] = (f"{NAMES.get(name, name)} "
-                             f"{model['encoder_layers']}+{model['decoder_layers']}"
-                             f"{protocol(record['recipe'])}")
-        record["first_study"] = not protocol(record["recipe"])
+                             f"{model['encoder_layers']}+{model['decoder_layers']}{trained_under}")
+        record["first_study"] = not trained_under
         record["by_mode"] = {row["mode"]: row for row in record["rows"]}
     return sorted(records, key=lambda r: (r["setting"], r["step"] or 0))
 

@@ -29,7 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, usable_cores, write_report
+from common import machine, write_report
+
+from normzoo.run.hardware import usable_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
