@@ -56,6 +56,65 @@ def test_a_failed_cell_is_reported_after_the_others_finish(tmp_path: Path):
     assert len(finished) == 2  # the second cell still ran to the end
 
 
+def _gpu_of_each_cell(tmp_path: Path, cells: int, jobs: int) -> dict[str, str]:
+    """Run ``cells`` cells as local jobs, ``jobs`` at a time; each writes the
+    ``CUDA_VISIBLE_DEVICES`` its process saw (the GPU its run would train on)."""
+    seen = tmp_path / "seen"
+    seen.mkdir(parents=True)
+
+    def work(cell):
+        (seen / cell["seed"]).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+        return cell
+
+    launch.run_cells([{"seed": str(i)} for i in range(cells)], work, tmp_path / "sweep",
+                     jobs=jobs, poll_s=0.1)
+    return {path.name: path.read_text() for path in seen.iterdir()}
+
+
+def test_each_local_job_gets_a_gpu_and_the_gpus_are_spread(tmp_path: Path, monkeypatch):
+    # submitit's local executor hides every GPU from a job that asks for none: a sweep with
+    # --jobs once trained all its cells on the CPU of a GPU machine.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    seen = _gpu_of_each_cell(tmp_path, cells=2, jobs=2)
+    assert sorted(seen.values()) == ["0", "1"]
+
+
+def test_the_jobs_share_the_gpus_of_cuda_visible_devices_by_name(tmp_path: Path, monkeypatch):
+    # Physical indexes as the parent sees them, and UUIDs (which submitit's own parameter does
+    # not take) alike; more jobs than GPUs share them.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert sorted(_gpu_of_each_cell(tmp_path / "a", cells=2, jobs=2).values()) == ["3", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f1c2a7e")
+    seen = _gpu_of_each_cell(tmp_path / "b", cells=2, jobs=2)
+    assert list(seen.values()) == ["GPU-8f1c2a7e"] * 2
+
+
+def test_without_gpus_the_jobs_see_none(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert list(_gpu_of_each_cell(tmp_path, cells=2, jobs=2).values()) == ["", ""]
+
+
+def test_a_new_job_takes_the_least_held_gpu():
+    class Job:
+        def __init__(self, finished: bool) -> None:
+            self.finished = finished
+
+        def done(self) -> bool:
+            return self.finished
+
+    share = launch.GpuShare(["0", "1"])
+    running = Job(False)
+    share.hold(running, share.take())           # GPU 0
+    share.hold(Job(True), share.take())         # GPU 1, its job already finished
+    assert share.take() == "1"                  # 1 is free again, 0 still held
+    running.finished = True
+    assert share.take() == "0"                  # both free: the first
+    assert launch.GpuShare([]).take() is None
+
+
 def test_the_slurm_submission_is_one_array_of_single_node_jobs(tmp_path: Path, monkeypatch):
     import submitit
 

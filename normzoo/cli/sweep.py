@@ -35,8 +35,8 @@ def sweep(
         "checkpoint (gradient and stream norms, branch ratios, layer cosine by layer): "
         "diagnose.csv and diagnose.md in the cell's folder."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, metavar="N", help="Cells running at "
-                             "once (local: the CPU cores shared among them; slurm: the array's "
-                             "parallelism)."),
+                             "once (local: the CPU cores shared among them, and one GPU each where "
+                             "there are GPUs; slurm: the array's parallelism)."),
     launcher: Launcher = typer.Option(Launcher.local, help="Where cells run: this machine, or "
                                       "SLURM jobs (through submitit)."),
     slurm_partition: str = typer.Option(None, metavar="NAME",

@@ -21,6 +21,8 @@ needs longer then fails with ``UncompletedJobError``, and running the sweep agai
 
 from __future__ import annotations
 
+import os
+import shlex
 import signal
 import sys
 import threading
@@ -76,6 +78,58 @@ def threads_per_job(jobs: int) -> int:
     """The cores this process may use (its CPU affinity: a container's or a batch job's
     share, not the machine's count) shared out among ``jobs`` cells at once (at least one)."""
     return max(1, usable_cores() // max(jobs, 1))
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, named as CUDA names them to it: the entries of
+    ``CUDA_VISIBLE_DEVICES`` where it is set (indexes, UUIDs or MIG names), else every device
+    torch counts (none on a machine without CUDA)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [name.strip() for name in listed.split(",") if name.strip()]
+    import torch
+
+    return [str(index) for index in range(torch.cuda.device_count())]
+
+
+class GpuShare:
+    """One GPU for each local job: the one the fewest running jobs hold, shared once the jobs
+    outnumber the GPUs.
+
+    submitit's local executor sets a job's ``CUDA_VISIBLE_DEVICES`` to the GPUs it asks for
+    and hides every other, so a job that asks for none sees no GPU and trains on the CPU
+    (``--jobs 4`` on a GPU machine once did exactly that). A GPU named by index goes through
+    submitit's own ``visible_gpus``; one named by UUID or MIG name, which that does not take,
+    is exported by the job's ``setup`` line before its process starts.
+    """
+
+    def __init__(self, gpus: list[str]) -> None:
+        self.gpus = gpus
+        self.held: list[tuple[Any, str]] = []
+
+    def take(self) -> str | None:
+        """The GPU for the next job (None without GPUs); :meth:`hold` records its job."""
+        if not self.gpus:
+            return None
+        self.held = [(job, gpu) for job, gpu in self.held if not job.done()]
+        load = {gpu: 0 for gpu in self.gpus}
+        for _, gpu in self.held:
+            load[gpu] += 1
+        return min(self.gpus, key=lambda gpu: load[gpu])  # the first of the least held
+
+    def hold(self, job: Any, gpu: str | None) -> None:
+        if gpu is not None:
+            self.held.append((job, gpu))
+
+    @staticmethod
+    def parameters(gpu: str | None) -> dict[str, Any]:
+        """``LocalExecutor.update_parameters`` arguments that give a job ``gpu`` alone."""
+        if gpu is None:
+            return {"gpus_per_node": 0, "visible_gpus": (), "setup": ()}
+        if gpu.isdigit():
+            return {"gpus_per_node": 1, "visible_gpus": (int(gpu),), "setup": ()}
+        return {"gpus_per_node": 0, "visible_gpus": (),
+                "setup": (f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu)}",)}
 
 
 def run_one(work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> Any:
@@ -148,7 +202,8 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
 
     ``launcher="local"`` with ``jobs=1`` runs them here one after another; with ``jobs>1``,
     ``jobs`` at a time as submitit's local jobs (processes of their own), each with
-    :func:`threads_per_job` torch threads. ``launcher="slurm"`` submits them as one SLURM job
+    :func:`threads_per_job` torch threads and, on a machine with GPUs, one GPU
+    (:class:`GpuShare`). ``launcher="slurm"`` submits them as one SLURM job
     array, at most ``jobs`` running at once, and waits for them. A failed cell's error is
     raised once the cells already running have finished; the jobs of an interrupted sweep
     are cancelled.
@@ -171,9 +226,16 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
     executor = submitit.LocalExecutor(folder=logs)
     executor.update_parameters(timeout_min=WEEK_MIN)
     threads = threads_per_job(jobs)
-    queue = list(cells)
-    _wait([], queue, jobs, lambda cell: executor.submit(CellJob(work, cell, threads)),
-          after_each, poll_s)
+    share = GpuShare(visible_gpus())
+
+    def submit(cell: Cell) -> Any:
+        gpu = share.take()
+        executor.update_parameters(**share.parameters(gpu))
+        job = executor.submit(CellJob(work, cell, threads))
+        share.hold(job, gpu)
+        return job
+
+    _wait([], list(cells), jobs, submit, after_each, poll_s)
 
 
 def _wait(running: list[Any], queue: list[Cell], jobs: int,
