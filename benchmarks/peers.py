@@ -50,11 +50,6 @@ SEARCHES = {"greedy": 1, "beam5": 5}
 JOBS = [("train", name) for name in TRAINERS] + [
     (search, name) for search in SEARCHES for name in DECODERS]
 # Dense bf16 tensor-core peaks (no sparsity), from NVIDIA's data sheets; H200 is H100 SXM's chip.
-PEAK_BF16 = [("H200", 989e12, "H200 (same chip as H100 SXM)"), ("H100 PCIe", 756e12, "H100 PCIe"),
-             ("H100 NVL", 835e12, "H100 NVL"), ("H100", 989e12, "H100 SXM"),
-             ("A100", 312e12, "A100")]
-
-
 # -- data (parent process) -------------------------------------------------------------------
 
 
@@ -217,8 +212,9 @@ def peak_flops() -> tuple[float, str] | None:
     """The GPU's dense bf16 peak, looked up from its name, and which entry matched."""
     if not torch.cuda.is_available():
         return None
-    name = torch.cuda.get_device_name()
-    return next(((flops, label) for key, flops, label in PEAK_BF16 if key in name), None)
+    from normzoo.run.hardware import peak_bf16_flops
+
+    return peak_bf16_flops(torch.cuda.get_device_name())
 
 
 def add_ratios(results: list[dict[str, Any]]) -> None:

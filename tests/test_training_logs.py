@@ -240,3 +240,46 @@ def test_the_logged_training_loss_is_the_token_mean_of_its_interval(tmp_path: Pa
         assert interval[end] == pytest.approx(want, rel=1e-5)
     # Without accumulation, logging every step is each batch's own loss, as before.
     assert set(logged(rows[1, 1], "train/loss")) == set(range(6))
+
+
+def _throughput_setup(monkeypatch: pytest.MonkeyPatch, gpu: str, precision: str):
+    """normzoo's throughput callback set up as a fit on ``gpu`` would set it up (no GPU
+    needed: the device's name is all the peak lookup reads)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+    from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+
+    from normzoo.run.trainer import _throughput_callback
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu)
+    plugin = MixedPrecision(precision, "cuda") if precision.endswith("mixed") else Precision()
+    trainer = SimpleNamespace(precision=precision, precision_plugin=plugin, world_size=1,
+                              strategy=SimpleNamespace(root_device=torch.device("cuda", 0)),
+                              enable_validation=True,
+                              state=SimpleNamespace(stage=RunningStage.TRAINING))
+    callback = _throughput_callback()
+    callback.setup(trainer, None, TrainerFn.FITTING)
+    return callback, callback._throughputs[RunningStage.TRAINING]
+
+
+def test_mfu_on_a_gpu_lightnings_table_misses_uses_the_dense_bf16_peak(monkeypatch):
+    # Seen on a lent H200: Lightning 2.6 knows no "NVIDIA H200", so the run logged no MFU.
+    callback, training = _throughput_setup(monkeypatch, "NVIDIA H200", "bf16-mixed")
+    assert callback.available_flops == training.available_flops == 989e12
+    # Lightning's own figure stands where it has one (the H100 SXM's dense bf16 peak).
+    callback, training = _throughput_setup(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16-mixed")
+    assert training.available_flops == pytest.approx(989.4e12)
+    # The table holds bf16 peaks only: a float32 run on an H200 logs no MFU rather than a wrong one.
+    callback, training = _throughput_setup(monkeypatch, "NVIDIA H200", "32-true")
+    assert training.available_flops is None
+
+
+def test_the_peak_table_matches_the_most_specific_name_first():
+    from normzoo.run.hardware import peak_bf16_flops
+
+    assert peak_bf16_flops("NVIDIA H200 NVL")[0] == 835e12
+    assert peak_bf16_flops("NVIDIA H200")[0] == 989e12
+    assert peak_bf16_flops("NVIDIA H100 PCIe")[0] == 756e12
+    assert peak_bf16_flops("NVIDIA A100-SXM4-80GB")[0] == 312e12
+    assert peak_bf16_flops("Tesla T4") is None

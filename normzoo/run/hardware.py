@@ -45,6 +45,22 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+# Dense bf16 tensor-core peaks (NVIDIA's datasheets, whose headline figures count 2:4 sparsity
+# and are twice these), by a part of the name torch reports, the more specific first. MFU divides
+# by them: Lightning's own table (``get_available_flops``) misses the H200, which torch names
+# "NVIDIA H200", and lists its sparse figure.
+PEAK_BF16: list[tuple[str, float, str]] = [
+    ("H200 NVL", 835e12, "H200 NVL"), ("H200", 989e12, "H200 SXM (the H100 SXM's tensor cores)"),
+    ("H100 PCIe", 756e12, "H100 PCIe"), ("H100 NVL", 835e12, "H100 NVL"),
+    ("H100", 989e12, "H100 SXM"), ("A100", 312e12, "A100")]
+
+
+def peak_bf16_flops(device_name: str) -> tuple[float, str] | None:
+    """A GPU's dense bf16 peak in FLOP/s from its name, and which entry matched (None for a
+    GPU the table lacks)."""
+    return next(((flops, label) for key, flops, label in PEAK_BF16 if key in device_name), None)
+
+
 def describe(device_type: str | None = None) -> dict[str, Any]:
     """This process's machine as ``summary.json`` records it: CPU, cores it may use, torch's
     threads, bf16 in hardware, the device it trains on (with the GPU's name on "cuda"), and the

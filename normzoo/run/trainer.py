@@ -81,6 +81,22 @@ def _throughput_callback():
         step, rows out of step with the training steps in ``metrics.csv`` and the other logs.
         """
 
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            """Lightning's peak FLOPs, or normzoo's dense bf16 peak for a GPU whose name
+            Lightning's table misses (the H200), so that such a run still logs MFU."""
+            super().setup(trainer, pl_module, stage)
+            device = trainer.strategy.root_device
+            if (self.available_flops is None and device.type == "cuda"
+                    and str(trainer.precision).startswith("bf16")):
+                import torch
+
+                from normzoo.run.hardware import peak_bf16_flops
+
+                if peak := peak_bf16_flops(torch.cuda.get_device_name(device)):
+                    self.available_flops = peak[0]
+                    for throughput in self._throughputs.values():
+                        throughput.available_flops = peak[0]
+
         def _compute(self, trainer, iter_num: int | None = None) -> None:
             if trainer.state.stage == RunningStage.TRAINING:
                 super()._compute(trainer, iter_num)
