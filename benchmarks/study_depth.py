@@ -441,8 +441,13 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         f"The sweeps run from a clone at commit `{STUDY_COMMIT}`, and are resumable: re-running "
         "a command finishes its interrupted cell from the last checkpoint and skips the "
         "finished ones. "
-        f"Machine: a 2-core CPU (AMD EPYC, one thread per cell, two cells side by side), no GPU "
-        f"(none was lent to this study). Cells: {counts}; {hours:.1f} h of one-thread training "
+        "Machine: a 2-core CPU (AMD EPYC, one thread per cell, two cells side by side). No "
+        "cell ran on a GPU: one session (2026-11-26) was lent an H200 for 15 minutes of device "
+        "time in all, and its one attempt, the four remaining 18+18 cells side by side "
+        "(`--jobs 4`), trained on the host's CPU instead (a defect of `normzoo sweep --jobs`, "
+        "since fixed: its local jobs were given no GPU) and reached update 550 of 4,500 in 9 "
+        "minutes; those partial cells are not used. "
+        f"Cells: {counts}; {hours:.1f} h of one-thread training "
         f"in all, about {hours / 2:.1f} h of the two cores, against a budget of about 10. "
         "Each cell's precision is in its table row. Training minutes compare only roughly "
         "between cells: they ran in different sessions, beside different work, and the study's "
@@ -486,7 +491,8 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "seeds' spread, which deep cells may exceed.",
         "- **Scale.** d_model 128 on Multi30k, on a CPU; the papers train d_model 512–1024 on "
         "WMT for 100k+ updates. A GPU run of the full protocol (5 seeds, 12k updates, d_model "
-        "256–512) is the next step where one is lent.", "",
+        "256–512) takes hours of a GPU; the sessions here are lent one for 15 minutes at most.",
+        "",
         *study_eval_gap.section(DATA / "eval-gap"),
         "## Results", "",
     ]
