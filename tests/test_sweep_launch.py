@@ -36,6 +36,43 @@ def test_two_jobs_run_both_cells_as_separate_processes(tmp_path: Path):
     assert "2 cells, 0 diverged" in done.stdout
 
 
+@pytest.mark.parametrize("whom", ["group", "sweep"])
+def test_a_stopped_sweep_stops_its_jobs_cells_with_a_checkpoint(tmp_path: Path, whom: str):
+    # Ctrl-C reaches the terminal's whole process group: once, submitit's controllers printed
+    # KeyboardInterrupt tracebacks and SIGKILLed the cells a second later, before they saved.
+    # SIGTERM to the sweep alone (kill, a scheduler) reaches the cells through it.
+    import signal
+    import time
+
+    recipe = tiny(trainer={"max_steps": 100_000, "val_every_steps": 100_000})
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    out = tmp_path / "sweep"
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache")}
+    sweep = subprocess.Popen([sys.executable, "-m", "normzoo.cli", "sweep", str(path),
+                              "--set", "seed=1,2", "--jobs", "2", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env, start_new_session=True)
+    logs = [out / f"seed-{seed}" / "logs" / "csv" / "metrics.csv" for seed in (1, 2)]
+    deadline = time.monotonic() + 300
+    while not all(log.is_file() and log.stat().st_size > 200 for log in logs):  # both training
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[0]
+        time.sleep(0.5)
+    if whom == "group":
+        os.killpg(sweep.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    else:
+        os.kill(sweep.pid, signal.SIGTERM)
+    output, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == (130 if whom == "group" else 143), output
+    assert "Traceback" not in output, output
+    assert "stopping 2 running cell(s) at the end of their current step" in output
+    for seed in (1, 2):
+        assert (out / f"seed-{seed}" / "checkpoints" / "last.ckpt").is_file()
+    job_logs = "".join(p.read_text() for p in (out / ".submitit").glob("*_0_log.err"))
+    stopped_by = "SIGINT" if whom == "group" else "SIGTERM"
+    assert job_logs.count(f"stopped by {stopped_by} at step") == 2, job_logs
+
+
 def test_the_cores_are_shared_among_the_jobs(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's; the process may use 8

@@ -21,13 +21,13 @@ needs longer then fails with ``UncompletedJobError``, and running the sweep agai
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shlex
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,9 +98,9 @@ class GpuShare:
 
     submitit's local executor sets a job's ``CUDA_VISIBLE_DEVICES`` to the GPUs it asks for
     and hides every other, so a job that asks for none sees no GPU and trains on the CPU
-    (``--jobs 4`` on a GPU machine once did exactly that). A GPU named by index goes through
-    submitit's own ``visible_gpus``; one named by UUID or MIG name, which that does not take,
-    is exported by the job's ``setup`` line before its process starts.
+    (``--jobs 4`` on a GPU machine once did exactly that). The cell's job sets its own
+    ``CUDA_VISIBLE_DEVICES`` to the GPU taken here (:class:`CellJob`), before anything starts
+    CUDA, so indexes, UUIDs and MIG names all work the same.
     """
 
     def __init__(self, gpus: list[str]) -> None:
@@ -120,16 +120,6 @@ class GpuShare:
     def hold(self, job: Any, gpu: str | None) -> None:
         if gpu is not None:
             self.held.append((job, gpu))
-
-    @staticmethod
-    def parameters(gpu: str | None) -> dict[str, Any]:
-        """``LocalExecutor.update_parameters`` arguments that give a job ``gpu`` alone."""
-        if gpu is None:
-            return {"gpus_per_node": 0, "visible_gpus": (), "setup": ()}
-        if gpu.isdigit():
-            return {"gpus_per_node": 1, "visible_gpus": (int(gpu),), "setup": ()}
-        return {"gpus_per_node": 0, "visible_gpus": (),
-                "setup": (f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu)}",)}
 
 
 def run_one(work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> Any:
@@ -152,10 +142,15 @@ class CellJob(Checkpointable):
     (before training, while testing) submitit's handler runs at once.
     """
 
-    def __init__(self, work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> None:
-        self.work, self.cell, self.threads = work, cell, threads
+    def __init__(self, work: Callable[[Cell], Any], cell: Cell, threads: int | None,
+                 gpu: str | None = None) -> None:
+        self.work, self.cell, self.threads, self.gpu = work, cell, threads, gpu
 
     def __call__(self) -> Any:
+        if self.gpu is not None:  # before anything starts CUDA (GpuShare)
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu
+        if hasattr(signal, "pthread_sigmask"):  # Ctrl-C, held while the job started
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         # submitit's public name for it ("USR2" unless SUBMITIT_PREEMPT_SIGNAL says otherwise)
         requeue_signal = getattr(signal, f"SIG{JobEnvironment.USR_SIG}")
         submitit_handler = signal.getsignal(requeue_signal)
@@ -192,7 +187,7 @@ class CellJob(Checkpointable):
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         """What submitit's handler pickles and the requeued job runs: the same cell."""
-        return DelayedSubmission(CellJob(self.work, self.cell, self.threads))
+        return DelayedSubmission(CellJob(self.work, self.cell, self.threads, self.gpu))
 
 
 def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, jobs: int = 1,
@@ -221,7 +216,7 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
         executor.update_parameters(**(slurm or Slurm()).parameters(jobs))
         with executor.batch():
             pending = [executor.submit(CellJob(work, cell, None)) for cell in cells]
-        _wait(pending, [], jobs, None, after_each, poll_s)
+        _wait(pending, [], jobs, None, after_each, poll_s, _cancel)
         return
     executor = submitit.LocalExecutor(folder=logs)
     executor.update_parameters(timeout_min=WEEK_MIN)
@@ -230,19 +225,90 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
 
     def submit(cell: Cell) -> Any:
         gpu = share.take()
-        executor.update_parameters(**share.parameters(gpu))
-        job = executor.submit(CellJob(work, cell, threads))
+        with _ctrl_c_held():
+            job = executor.submit(CellJob(work, cell, threads, gpu))
         share.hold(job, gpu)
         return job
 
-    _wait([], list(cells), jobs, submit, after_each, poll_s)
+    with _sigterm_raises():
+        _wait([], list(cells), jobs, submit, after_each, poll_s, _stop_local)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM to the sweep (``kill``, a scheduler's) raises SystemExit(143), so that the
+    running local cells are stopped with a checkpoint (:func:`_stop_local`) as on Ctrl-C,
+    rather than left running when this process dies."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT blocked while a local job's processes start, which inherit the mask.
+
+    Ctrl-C reaches the terminal's whole process group. submitit's controller, between this
+    process and the cell's, would take it as its own KeyboardInterrupt: a traceback on the
+    terminal, then SIGINT and, a second later, SIGKILL to the cell, which needs the rest of its
+    step to save. Started with SIGINT blocked, the controller never sees it; the cell's job
+    unblocks it (:class:`CellJob`), so the cell stops as a run stops on Ctrl-C, and a Ctrl-C
+    pressed here meanwhile is delivered when the block ends.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _cancel(jobs: list[Any]) -> None:
+    """SLURM: cancel the array's running jobs (scancel; each cell saves on SIGTERM)."""
+    for job in jobs:
+        job.cancel(check=False)
+
+
+def _stop_local(jobs: list[Any]) -> None:
+    """Stop the running local jobs as a run stops on SIGTERM, at the end of the current step
+    with ``last.ckpt``, and wait for them, so that the sweep exits only once they have saved.
+
+    The signal goes to each job's controller (a local job's id is its pid), which passes
+    SIGTERM on to the cell's process (the only signal the cell gets when the sweep alone was
+    sent one); a cell that already had the terminal's Ctrl-C is stopping anyway. A second
+    Ctrl-C ends the wait: the terminal gives it to the cells too,
+    and they stop at once.
+    """
+    if not jobs:
+        return
+    print(f"normzoo sweep: stopping {len(jobs)} running cell(s) at the end of their current "
+          "step, each with a checkpoint; the same command resumes them (Ctrl-C again stops "
+          "them at once, without one)", file=sys.stderr, flush=True)
+    for job in jobs:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(job.job_id), signal.SIGTERM)
+    with contextlib.suppress(KeyboardInterrupt):
+        while not all(job.done() for job in jobs):
+            time.sleep(0.2)
 
 
 def _wait(running: list[Any], queue: list[Cell], jobs: int,
           submit: Callable[[Cell], Any] | None, after_each: Callable[[], None],
-          poll_s: float) -> None:
+          poll_s: float, stop: Callable[[list[Any]], None]) -> None:
     """Keep ``jobs`` of the queued cells running (submitting as others finish) until all are
-    done; the first failure is raised at the end, the rest cancelled on an interrupt."""
+    done; the first failure is raised at the end, and on an interrupt ``stop`` ends the
+    running ones and no other starts."""
     failures: list[BaseException] = []
     try:
         while running or queue:
@@ -259,8 +325,7 @@ def _wait(running: list[Any], queue: list[Cell], jobs: int,
             if not done:
                 time.sleep(poll_s)
     except BaseException:
-        for job in running:
-            job.cancel(check=False)
+        stop(running)
         raise
     if failures:
         raise failures[0]
