@@ -98,9 +98,11 @@ class GpuShare:
 
     submitit's local executor sets a job's ``CUDA_VISIBLE_DEVICES`` to the GPUs it asks for
     and hides every other, so a job that asks for none sees no GPU and trains on the CPU
-    (``--jobs 4`` on a GPU machine once did exactly that). The cell's job sets its own
-    ``CUDA_VISIBLE_DEVICES`` to the GPU taken here (:class:`CellJob`), before anything starts
-    CUDA, so indexes, UUIDs and MIG names all work the same.
+    (``--jobs 4`` on a GPU machine once did exactly that). A GPU named by index is asked for
+    through submitit's ``visible_gpus``, so the job's processes start with it; the cell's job
+    also sets ``CUDA_VISIBLE_DEVICES`` itself before anything starts CUDA (:class:`CellJob`),
+    which is how a GPU named by UUID or MIG name, which ``visible_gpus`` does not take, gets
+    there.
     """
 
     def __init__(self, gpus: list[str]) -> None:
@@ -120,6 +122,14 @@ class GpuShare:
     def hold(self, job: Any, gpu: str | None) -> None:
         if gpu is not None:
             self.held.append((job, gpu))
+
+    @staticmethod
+    def parameters(gpu: str | None) -> dict[str, Any]:
+        """``LocalExecutor.update_parameters`` arguments for a job on ``gpu``: by index
+        through submitit; none otherwise (the job sets a named GPU itself)."""
+        if gpu is not None and gpu.isdigit():
+            return {"gpus_per_node": 1, "visible_gpus": (int(gpu),)}
+        return {"gpus_per_node": 0, "visible_gpus": ()}
 
 
 def run_one(work: Callable[[Cell], Any], cell: Cell, threads: int | None) -> Any:
@@ -225,6 +235,7 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
 
     def submit(cell: Cell) -> Any:
         gpu = share.take()
+        executor.update_parameters(**share.parameters(gpu))
         with _ctrl_c_held():
             job = executor.submit(CellJob(work, cell, threads, gpu))
         share.hold(job, gpu)
