@@ -49,7 +49,6 @@ from frameworks import DECODERS, SIZES, TRAINERS, Size, TrainSetup
 SEARCHES = {"greedy": 1, "beam5": 5}
 JOBS = [("train", name) for name in TRAINERS] + [
     (search, name) for search in SEARCHES for name in DECODERS]
-# Dense bf16 tensor-core peaks (no sparsity), from NVIDIA's data sheets; H200 is H100 SXM's chip.
 # -- data (parent process) -------------------------------------------------------------------
 
 

@@ -73,6 +73,82 @@ def test_a_stopped_sweep_stops_its_jobs_cells_with_a_checkpoint(tmp_path: Path, 
     assert job_logs.count(f"stopped by {stopped_by} at step") == 2, job_logs
 
 
+def _slow_cell(marks: Path):
+    """A cell's work that is not training yet (as while its data is prepared): it marks its
+    start, then after 60 s its end, which a stopped sweep must never let it reach."""
+    import time
+
+    def work(cell):
+        (marks / f"started-{cell['seed']}").touch()
+        time.sleep(60)
+        (marks / f"finished-{cell['seed']}").touch()
+
+    return work
+
+
+def test_sigterm_to_the_sweep_ends_cells_that_are_not_training_yet(tmp_path: Path):
+    # submitit's job ignores SIGTERM: a cell stopped before it trained once went on to train
+    # to its end while the sweep waited for it.
+    import signal
+    import time
+
+    script = tmp_path / "sweep.py"
+    script.write_text(
+        "import sys\nfrom pathlib import Path\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_sweep_launch import _slow_cell\nfrom normzoo.sweep import launch\n"
+        "marks = Path(sys.argv[1])\n"
+        "launch.run_cells([{'seed': '1'}, {'seed': '2'}], _slow_cell(marks), marks / 'sweep',"
+        " jobs=2, poll_s=0.1)\n", encoding="utf-8")
+    sweep = subprocess.Popen([sys.executable, str(script), str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"started-{seed}").exists() for seed in (1, 2)):
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[0]
+        time.sleep(0.2)
+    began = time.monotonic()
+    sweep.send_signal(signal.SIGTERM)
+    output, _ = sweep.communicate(timeout=50)
+    assert sweep.returncode == 143, output
+    assert time.monotonic() - began < 40, output  # not the cells' 60 s
+    assert not list(tmp_path.glob("finished-*")), output
+    assert "Traceback" not in output, output
+
+
+def test_a_ctrl_c_while_a_job_starts_still_stops_that_job(tmp_path: Path, monkeypatch):
+    # Raised inside submit, the interrupt would leave the job just started out of the ones
+    # stopped, running on after the sweep had gone.
+    import signal
+
+    import submitit
+
+    submit = submitit.LocalExecutor.submit
+
+    def submit_then_ctrl_c(self, *args, **kwargs):
+        job = submit(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return job
+
+    monkeypatch.setattr(submitit.LocalExecutor, "submit", submit_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        launch.run_cells([{"seed": "1"}], _slow_cell(tmp_path), tmp_path / "sweep", jobs=2,
+                         poll_s=0.1)
+    # run_cells returned only once the job had ended: no process is left to finish the cell.
+    folder = str(tmp_path / "sweep" / ".submitit")
+    assert not [cmdline for cmdline in _command_lines() if folder in cmdline]
+    assert not list(tmp_path.glob("finished-*"))
+
+
+def _command_lines() -> list[str]:
+    lines = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # ended meanwhile
+            continue
+    return lines
+
+
 def test_the_cores_are_shared_among_the_jobs(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's; the process may use 8
@@ -95,12 +171,16 @@ def test_a_failed_cell_is_reported_after_the_others_finish(tmp_path: Path):
 
 def _gpu_of_each_cell(tmp_path: Path, cells: int, jobs: int) -> dict[str, str]:
     """Run ``cells`` cells as local jobs, ``jobs`` at a time; each writes the
-    ``CUDA_VISIBLE_DEVICES`` its process saw (the GPU its run would train on)."""
+    ``CUDA_VISIBLE_DEVICES`` its run sees (the GPU it would train on), then, after a space,
+    the one its process started with (``/proc/self/environ``)."""
     seen = tmp_path / "seen"
     seen.mkdir(parents=True)
 
     def work(cell):
-        (seen / cell["seed"]).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+        start = dict(line.split("=", 1) for line in
+                     Path("/proc/self/environ").read_text().split("\0") if "=" in line)
+        (seen / cell["seed"]).write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')} "
+                                         f"{start.get('CUDA_VISIBLE_DEVICES', '<unset>')}")
         return cell
 
     launch.run_cells([{"seed": str(i)} for i in range(cells)], work, tmp_path / "sweep",
@@ -116,22 +196,25 @@ def test_each_local_job_gets_a_gpu_and_the_gpus_are_spread(tmp_path: Path, monke
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     seen = _gpu_of_each_cell(tmp_path, cells=2, jobs=2)
-    assert sorted(seen.values()) == ["0", "1"]
+    # By index, through submitit: the job's processes start with their GPU.
+    assert sorted(seen.values()) == ["0 0", "1 1"]
 
 
 def test_the_jobs_share_the_gpus_of_cuda_visible_devices_by_name(tmp_path: Path, monkeypatch):
     # Physical indexes as the parent sees them, and UUIDs (which submitit's own parameter does
     # not take) alike; more jobs than GPUs share them.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    assert sorted(_gpu_of_each_cell(tmp_path / "a", cells=2, jobs=2).values()) == ["3", "5"]
+    seen = _gpu_of_each_cell(tmp_path / "a", cells=2, jobs=2)
+    assert sorted(seen.values()) == ["3 3", "5 5"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f1c2a7e")
     seen = _gpu_of_each_cell(tmp_path / "b", cells=2, jobs=2)
-    assert list(seen.values()) == ["GPU-8f1c2a7e"] * 2
+    # A name submitit does not take: the cell's job sets it before its run starts CUDA.
+    assert list(seen.values()) == ["GPU-8f1c2a7e "] * 2
 
 
 def test_without_gpus_the_jobs_see_none(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert list(_gpu_of_each_cell(tmp_path, cells=2, jobs=2).values()) == ["", ""]
+    assert list(_gpu_of_each_cell(tmp_path, cells=2, jobs=2).values()) == [" "] * 2
 
 
 def test_a_new_job_takes_the_least_held_gpu():

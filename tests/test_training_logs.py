@@ -263,13 +263,16 @@ def _throughput_setup(monkeypatch: pytest.MonkeyPatch, gpu: str, precision: str)
     return callback, callback._throughputs[RunningStage.TRAINING]
 
 
-def test_mfu_on_a_gpu_lightnings_table_misses_uses_the_dense_bf16_peak(monkeypatch):
+def test_mfu_of_a_bf16_run_divides_by_the_dense_bf16_peak(monkeypatch):
     # Seen on a lent H200: Lightning 2.6 knows no "NVIDIA H200", so the run logged no MFU.
     callback, training = _throughput_setup(monkeypatch, "NVIDIA H200", "bf16-mixed")
     assert callback.available_flops == training.available_flops == 989e12
-    # Lightning's own figure stands where it has one (the H100 SXM's dense bf16 peak).
-    callback, training = _throughput_setup(monkeypatch, "NVIDIA H100 80GB HBM3", "bf16-mixed")
-    assert training.available_flops == pytest.approx(989.4e12)
+    # Lightning's table lists the H100 NVL's sparse figure (1978.8e12): the dense one is used.
+    callback, training = _throughput_setup(monkeypatch, "NVIDIA H100 NVL", "bf16-mixed")
+    assert training.available_flops == 835e12
+    # A GPU normzoo's table lacks keeps Lightning's figure.
+    callback, training = _throughput_setup(monkeypatch, "NVIDIA L4", "bf16-mixed")
+    assert training.available_flops == pytest.approx(121e12)
     # The table holds bf16 peaks only: a float32 run on an H200 logs no MFU rather than a wrong one.
     callback, training = _throughput_setup(monkeypatch, "NVIDIA H200", "32-true")
     assert training.available_flops is None

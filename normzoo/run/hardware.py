@@ -46,9 +46,9 @@ def usable_cores() -> int:
 
 
 # Dense bf16 tensor-core peaks (NVIDIA's datasheets, whose headline figures count 2:4 sparsity
-# and are twice these), by a part of the name torch reports, the more specific first. MFU divides
-# by them: Lightning's own table (``get_available_flops``) misses the H200, which torch names
-# "NVIDIA H200", and lists its sparse figure.
+# and are twice these), by a part of the name torch reports, the more specific first. A bf16
+# run's MFU divides by them: Lightning's table (``get_available_flops``) misses the H200, which
+# torch names "NVIDIA H200", and lists sparse figures for the H200 and the H100 NVL.
 PEAK_BF16: list[tuple[str, float, str]] = [
     ("H200 NVL", 835e12, "H200 NVL"), ("H200", 989e12, "H200 SXM (the H100 SXM's tensor cores)"),
     ("H100 PCIe", 756e12, "H100 PCIe"), ("H100 NVL", 835e12, "H100 NVL"),

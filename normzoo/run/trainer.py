@@ -82,12 +82,13 @@ def _throughput_callback():
         """
 
         def setup(self, trainer, pl_module, stage: str) -> None:
-            """Lightning's peak FLOPs, or normzoo's dense bf16 peak for a GPU whose name
-            Lightning's table misses (the H200), so that such a run still logs MFU."""
+            """For a bf16 run on a GPU, normzoo's dense bf16 peak (the one
+            ``benchmarks/peers.py`` divides by); Lightning's peak otherwise. Lightning's table
+            misses the H200 by the name torch gives it and lists the sparse figure for some
+            parts (the H100 NVL), which would halve their MFU."""
             super().setup(trainer, pl_module, stage)
             device = trainer.strategy.root_device
-            if (self.available_flops is None and device.type == "cuda"
-                    and str(trainer.precision).startswith("bf16")):
+            if device.type == "cuda" and str(trainer.precision).startswith("bf16"):
                 import torch
 
                 from normzoo.run.hardware import peak_bf16_flops

@@ -153,14 +153,20 @@ class CellJob(Checkpointable):
     """
 
     def __init__(self, work: Callable[[Cell], Any], cell: Cell, threads: int | None,
-                 gpu: str | None = None) -> None:
+                 gpu: str | None = None, *, local: bool = False) -> None:
         self.work, self.cell, self.threads, self.gpu = work, cell, threads, gpu
+        self.local = local
 
     def __call__(self) -> Any:
         if self.gpu is not None:  # before anything starts CUDA (GpuShare)
             os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu
         if hasattr(signal, "pthread_sigmask"):  # Ctrl-C, held while the job started
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if self.local and threading.current_thread() is threading.main_thread():
+            # submitit's job ignores SIGTERM (on SLURM its own signal requeues); a local
+            # cell stopped by its sweep before it trains (data, model, sanity check) would
+            # otherwise train to its end. While it trains, normzoo's stop replaces this.
+            signal.signal(signal.SIGTERM, _end_on_sigterm)
         # submitit's public name for it ("USR2" unless SUBMITIT_PREEMPT_SIGNAL says otherwise)
         requeue_signal = getattr(signal, f"SIG{JobEnvironment.USR_SIG}")
         submitit_handler = signal.getsignal(requeue_signal)
@@ -197,7 +203,12 @@ class CellJob(Checkpointable):
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         """What submitit's handler pickles and the requeued job runs: the same cell."""
-        return DelayedSubmission(CellJob(self.work, self.cell, self.threads, self.gpu))
+        return DelayedSubmission(CellJob(self.work, self.cell, self.threads, self.gpu,
+                                         local=self.local))
+
+
+def _end_on_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, jobs: int = 1,
@@ -210,8 +221,9 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
     :func:`threads_per_job` torch threads and, on a machine with GPUs, one GPU
     (:class:`GpuShare`). ``launcher="slurm"`` submits them as one SLURM job
     array, at most ``jobs`` running at once, and waits for them. A failed cell's error is
-    raised once the cells already running have finished; the jobs of an interrupted sweep
-    are cancelled.
+    raised once the cells already running have finished. An interrupted sweep stops its
+    running local cells with a checkpoint and waits for them (:class:`_StopSignals`), or
+    cancels its SLURM jobs.
     """
     if launcher == "local" and jobs <= 1:
         for cell in cells:
@@ -233,56 +245,88 @@ def run_cells(cells: list[Cell], work: Callable[[Cell], Any], folder: Path, *, j
     threads = threads_per_job(jobs)
     share = GpuShare(visible_gpus())
 
-    def submit(cell: Cell) -> Any:
-        gpu = share.take()
-        executor.update_parameters(**share.parameters(gpu))
-        with _ctrl_c_held():
-            job = executor.submit(CellJob(work, cell, threads, gpu))
-        share.hold(job, gpu)
-        return job
+    with _StopSignals() as signals:
 
-    with _sigterm_raises():
-        _wait([], list(cells), jobs, submit, after_each, poll_s, _stop_local)
+        def submit(cell: Cell) -> Any:
+            gpu = share.take()
+            executor.update_parameters(**share.parameters(gpu))
+            with signals.starting_job():
+                job = executor.submit(CellJob(work, cell, threads, gpu, local=True))
+                share.hold(job, gpu)
+            return job
 
-
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM to the sweep (``kill``, a scheduler's) raises SystemExit(143), so that the
-    running local cells are stopped with a checkpoint (:func:`_stop_local`) as on Ctrl-C,
-    rather than left running when this process dies."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        _wait([], list(cells), jobs, submit, after_each, poll_s, _stop_local,
+              signals.raise_pending)
 
 
-@contextlib.contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """SIGINT blocked while a local job's processes start, which inherit the mask.
+class _StopSignals:
+    """Ctrl-C (SIGINT) and SIGTERM to a sweep whose cells run as local jobs.
 
-    Ctrl-C reaches the terminal's whole process group. submitit's controller, between this
-    process and the cell's, would take it as its own KeyboardInterrupt: a traceback on the
-    terminal, then SIGINT and, a second later, SIGKILL to the cell, which needs the rest of its
-    step to save. Started with SIGINT blocked, the controller never sees it; the cell's job
-    unblocks it (:class:`CellJob`), so the cell stops as a run stops on Ctrl-C, and a Ctrl-C
-    pressed here meanwhile is delivered when the block ends.
+    Each stops the sweep as an exception (KeyboardInterrupt, or SystemExit(143) for SIGTERM:
+    ``kill``, a scheduler), after which :func:`_stop_local` stops the running cells with a
+    checkpoint, rather than leaving them running when this process dies. Never while a job
+    starts, though: raised there, it would leave a started job out of the ones stopped, so
+    there it is only noted, and :meth:`raise_pending` raises it once the job is counted.
+    While the cells stop, a second Ctrl-C ends the wait (the terminal gives it to the cells
+    too, and they stop at once) and a second SIGTERM is ignored.
     """
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.starting = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *_exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.starting:
+            self.signum = self.signum or signum
+            return
+        if self.signum is None:
+            self.signum = signum
+            raise self._exception()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+
+    def _exception(self) -> BaseException:
+        if self.signum == signal.SIGINT:
+            return KeyboardInterrupt()
+        return SystemExit(128 + (self.signum or signal.SIGTERM))
+
+    def raise_pending(self) -> None:
+        """Raise the stop noted while a job started, now that the job is counted."""
+        if self.signum is not None:
+            raise self._exception()
+
+    @contextlib.contextmanager
+    def starting_job(self) -> Iterator[None]:
+        """While a job's processes start: the stop signals noted, not raised, and SIGINT
+        blocked, which those processes inherit.
+
+        Ctrl-C reaches the terminal's whole process group. submitit's controller, between
+        this process and the cell's, would take it as its own KeyboardInterrupt: a traceback
+        on the terminal, then SIGINT and, a second later, SIGKILL to the cell, which needs the
+        rest of its step to save. Started with SIGINT blocked, the controller never sees it;
+        the cell's job unblocks it (:class:`CellJob`), so the cell stops as a run stops on
+        Ctrl-C.
+        """
+        self.starting = True
+        held = hasattr(signal, "pthread_sigmask")
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if held else None
+        try:
+            yield
+        finally:
+            if before is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
+            self.starting = False
 
 
 def _cancel(jobs: list[Any]) -> None:
@@ -295,11 +339,10 @@ def _stop_local(jobs: list[Any]) -> None:
     """Stop the running local jobs as a run stops on SIGTERM, at the end of the current step
     with ``last.ckpt``, and wait for them, so that the sweep exits only once they have saved.
 
-    The signal goes to each job's controller (a local job's id is its pid), which passes
-    SIGTERM on to the cell's process (the only signal the cell gets when the sweep alone was
-    sent one); a cell that already had the terminal's Ctrl-C is stopping anyway. A second
-    Ctrl-C ends the wait: the terminal gives it to the cells too,
-    and they stop at once.
+    SIGTERM goes to each job's controller, which passes it on to the cell's process: the only
+    signal the cell gets when the sweep alone was sent one, and one a cell that had the
+    terminal's Ctrl-C already is stopping on. A cell not yet training ends at once
+    (:class:`CellJob`). A second Ctrl-C ends the wait (:class:`_StopSignals`).
     """
     if not jobs:
         return
@@ -307,8 +350,11 @@ def _stop_local(jobs: list[Any]) -> None:
           "step, each with a checkpoint; the same command resumes them (Ctrl-C again stops "
           "them at once, without one)", file=sys.stderr, flush=True)
     for job in jobs:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(job.job_id), signal.SIGTERM)
+        # submitit's LocalJob keeps the controller's Popen, whose send_signal skips a process
+        # it has already reaped (a bare pid could by then be another process's).
+        process = getattr(job, "_process", None)
+        if process is not None:
+            process.send_signal(signal.SIGTERM)
     with contextlib.suppress(KeyboardInterrupt):
         while not all(job.done() for job in jobs):
             time.sleep(0.2)
@@ -316,15 +362,17 @@ def _stop_local(jobs: list[Any]) -> None:
 
 def _wait(running: list[Any], queue: list[Cell], jobs: int,
           submit: Callable[[Cell], Any] | None, after_each: Callable[[], None],
-          poll_s: float, stop: Callable[[list[Any]], None]) -> None:
+          poll_s: float, stop: Callable[[list[Any]], None],
+          started: Callable[[], None] = lambda: None) -> None:
     """Keep ``jobs`` of the queued cells running (submitting as others finish) until all are
     done; the first failure is raised at the end, and on an interrupt ``stop`` ends the
-    running ones and no other starts."""
+    running ones and no other starts. ``started`` runs after each job is counted."""
     failures: list[BaseException] = []
     try:
         while running or queue:
             while submit is not None and queue and len(running) < jobs:
                 running.append(submit(queue.pop(0)))
+                started()
             done = [job for job in running if job.done()]
             for job in done:
                 running.remove(job)
