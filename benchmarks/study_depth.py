@@ -5,7 +5,8 @@
 
 The study runs the papers' protocol (``recipes/studies/multi30k_papers.yaml``) in three tiers,
 ``ceiling``, ``stability`` and ``nowarmup``, as sweeps that ``benchmarks/study_depth.sh``
-runs in two slots, one per core (the commands are in COMMANDS). **Collect** copies
+runs in two slots, one per core (the commands are in COMMANDS); ``study_depth_gpu.sh`` runs
+stability cells on a lent GPU instead. **Collect** copies
 each cell's files, test translations included, into ``docs/study-depth/data/``
 (``study_files.py``); **render** writes the report from those files alone, so every number in it
 is in the repository. Cells not yet run show as pending.

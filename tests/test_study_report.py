@@ -226,3 +226,15 @@ def test_the_gradients_at_initialisation_are_read_from_the_no_warm_up_pair_until
     assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
     assert "measured in the no-warm-up cells" in text
     assert "### 3. Pre-LN's stream grows and its deep layers' branches shrink: **not yet" in text
+
+
+def test_the_gpu_script_runs_the_stability_tiers_cells_as_the_study_does():
+    # benchmarks/study_depth_gpu.sh repeats the tier's arguments (it runs on a machine with
+    # the study's wheel alone); a change to one must reach the other.
+    script = (Path(study_depth.__file__).parent / "study_depth_gpu.sh").read_text()
+    stable = re.search(r'^STABLE="([^"]+)"', script, re.MULTILINE)
+    assert stable and stable.group(1) == study_depth._STABLE
+    stability = [args for tier, _, args in study_depth.SWEEPS if tier == "stability"]
+    assert stability and all(args.startswith(study_depth._STABLE) and "--diagnose" in args
+                             for args in stability)
+    assert "--diagnose" in script and "--jobs" not in script.split("set -u", 1)[1]
