@@ -149,6 +149,21 @@ def _command_lines() -> list[str]:
     return lines
 
 
+def test_a_sweep_started_with_ctrl_c_ignored_keeps_ignoring_it():
+    # As a run does: a shell starts its background jobs with SIGINT ignored, so that Ctrl-C
+    # at the terminal stops only the job in the foreground.
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with launch._StopSignals():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_the_cores_are_shared_among_the_jobs(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's; the process may use 8

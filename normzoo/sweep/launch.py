@@ -279,6 +279,10 @@ class _StopSignals:
     def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
+                # An ignored SIGINT stays ignored, as for a run (preemption.StopOnSignal): a
+                # shell starts its background jobs so, and their cells inherit it.
+                if signum == signal.SIGINT and signal.getsignal(signum) is signal.SIG_IGN:
+                    continue
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
