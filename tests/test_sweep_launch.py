@@ -17,15 +17,20 @@ from tiny import tiny
 from normzoo.sweep import launch
 
 
-def test_two_jobs_run_both_cells_as_separate_processes(tmp_path: Path):
-    recipe = tiny(trainer={"max_steps": 2, "val_every_steps": 2})
+def _two_seed_sweep(tmp_path: Path, **trainer) -> tuple[list[str], dict[str, str], Path]:
+    """The command of a --jobs 2 sweep over seeds 1 and 2 of the tiny recipe, its environment
+    and its output folder."""
     path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    path.write_text(yaml.safe_dump(tiny(trainer=trainer)), encoding="utf-8")
     out = tmp_path / "sweep"
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "normzoo.cli", "sweep", str(path),
-                           "--set", "seed=1,2", "--jobs", "2", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return ([sys.executable, "-m", "normzoo.cli", "sweep", str(path), "--set", "seed=1,2",
+             "--jobs", "2", "--out", str(out)], env, out)
+
+
+def test_two_jobs_run_both_cells_as_separate_processes(tmp_path: Path):
+    command, env, out = _two_seed_sweep(tmp_path, max_steps=2, val_every_steps=2)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr + done.stdout
     with open(out / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -44,15 +49,9 @@ def test_a_stopped_sweep_stops_its_jobs_cells_with_a_checkpoint(tmp_path: Path, 
     import signal
     import time
 
-    recipe = tiny(trainer={"max_steps": 100_000, "val_every_steps": 100_000})
-    path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    out = tmp_path / "sweep"
-    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache")}
-    sweep = subprocess.Popen([sys.executable, "-m", "normzoo.cli", "sweep", str(path),
-                              "--set", "seed=1,2", "--jobs", "2", "--out", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=env, start_new_session=True)
+    command, env, out = _two_seed_sweep(tmp_path, max_steps=100_000, val_every_steps=100_000)
+    sweep = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env, start_new_session=True)
     logs = [out / f"seed-{seed}" / "logs" / "csv" / "metrics.csv" for seed in (1, 2)]
     deadline = time.monotonic() + 300
     while not all(log.is_file() and log.stat().st_size > 200 for log in logs):  # both training
