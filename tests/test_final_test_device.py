@@ -1,0 +1,50 @@
+"""Where a translation run's final test decodes: on the device that trained it.
+
+Lightning's teardown at the end of ``fit`` moves the model to the CPU. A GPU run's final test
+then decoded test2016 four times on the host CPU (beam and greedy, best and averaged
+checkpoint): an 18+18 cell of the depth study trained 4,500 updates on an H200 in nine minutes
+and had not finished its test 200 s later. The test records the device of every decode and the
+device the model is left on; on a GPU machine the ``gpu`` case is the one that can fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny
+
+from normzoo.inference import translate
+from normzoo.recipe import from_dict
+from normzoo.run import training as train
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+
+@pytest.mark.parametrize("accelerator", [
+    "cpu",
+    pytest.param("gpu", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                 reason="needs a CUDA GPU")),
+])
+def test_the_final_test_decodes_on_the_training_device(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       accelerator: str):
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    decoded_on: list[torch.device] = []
+    real = translate.translate_dataset
+
+    def recording(model, *args, **kwargs):
+        decoded_on.append(next(model.parameters()).device)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(translate, "translate_dataset", recording)
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            trainer={"max_steps": 4, "val_every_steps": 2, "keep_checkpoints": 2,
+                                     "accelerator": accelerator, "devices": 1},
+                            eval={"valid_bleu": False, "beam": 2, "average_last": 2}))
+    summary = train.run(recipe, "tiny.yaml")
+    # beam and greedy, for the best checkpoint and for the average of the last two
+    assert [d.type for d in decoded_on] == ["cuda" if accelerator == "gpu" else "cpu"] * 4
+    assert summary["test"]["averaged"]["checkpoints"] == ["step-2.ckpt", "step-4.ckpt"]
+    assert "bleu" in summary["test"]
