@@ -22,6 +22,7 @@ seeds).
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +31,16 @@ import study_depth_plots as plots
 import study_eval_gap
 import yaml
 from study_files import (
+    LOSS_FIELDS,
     as_float,
     copy_cells,
     curve,
+    loss_rows,
     mean_sd,
     read_csv,
     read_json,
     training_minutes,
+    write_csv,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +63,8 @@ _NOWARMUP = f"{_DEEP} optim.warmup_steps=0 trainer.max_steps=1500"
 # 32-true, about 3 s per 18+18 step instead of 0.7), so the order was changed to run first the
 # cells the verdicts need within the study's budget: the two no-warm-up cells, then Pre-LN and
 # DeepNorm at 18+18. ResiDual and Sub-LN at 18+18, which no verdict reads, come last, in their
-# own folders. Post-LN and Admin at 18+18 had finished under the first order (Post-LN, Pre-LN,
+# own folders; on 2026-11-26 both trained on a lent H200 instead (study_depth_gpu.sh, collected
+# with --gpu), so the CPU never ran those two sweeps. Post-LN and Admin at 18+18 had finished under the first order (Post-LN, Pre-LN,
 # DeepNorm in stability-a; Admin, ResiDual, Sub-LN in stability-b); a sweep skips a finished
 # cell and its results list every finished cell of its own grid, so the folders carry on.
 SWEEPS = [
@@ -88,6 +93,11 @@ PAUSED_MIN: dict[str, float] = {
     "stability/residual-post": 10.8,
     "stability/residual-admin-init-profiled": 10.8,
 }
+# Why a cell that trained on a lent GPU (study_depth_gpu.sh) but has no cell.json has no test
+# score: the sweep's row is written after the final test, and the device's time ran out first.
+UNSCORED = ("not scored: the lent GPU's time ran out during its final test, which then decoded "
+            "on the host's CPU (Lightning's teardown had moved the model there; fixed since)")
+GPU_LOG = "GPU available: True (cuda), used: True"  # Lightning's line in the cell's sweep log
 STUDY_COMMIT = "2a99efa"  # the sweeps run from a clone at this commit, so code changes cannot
 # touch a running study
 
@@ -100,16 +110,22 @@ class Cell:
         record = read_json(folder / "cell.json")
         summary = read_json(folder / "summary.json")
         self.tier, self.folder, self.name = tier, folder, folder.name
-        residual = str(record.get("model.residual", ""))
+        recipe = (yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
+                  if (folder / "recipe.yaml").is_file() else {})
+        residual = record.get("model.residual") or (recipe.get("model") or {}).get("residual")
+        if isinstance(residual, dict):  # a saved recipe.yaml spells a scheme as a mapping
+            residual = residual.get("name")
+        residual = str(residual or "")
         self.scheme = "admin" if "admin" in residual else residual
         self.seed = str(record.get("seed", "1"))
         self.status = record.get("status", "")
         self.diverged_at = record.get("diverged_at_step", "")
         self.steps = record.get("steps") or summary.get("steps")
         self.stopped = record.get("stopped") or summary.get("stopped", "")
-        recipe = (yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8"))
-                  if (folder / "recipe.yaml").is_file() else {})
         self.precision = (recipe.get("trainer") or {}).get("precision", "")
+        log = folder / "sweep.log"  # cells run by study_depth_gpu.sh keep their sweep's log
+        self.on_gpu = log.is_file() and GPU_LOG in log.read_text(encoding="utf-8")
+        self.scored = (folder / "cell.json").is_file()
         test = summary.get("test") or {}
         self.bleu = as_float(test.get("bleu"))
         self.greedy = as_float(test.get("greedy_bleu"))
@@ -118,6 +134,11 @@ class Cell:
         losses = read_csv(folder / "loss.csv")
         self.train, self.val = curve(losses, "train_loss"), curve(losses, "val_loss")
         self.best_val = min((v for _, v in self.val), default=None)
+        if not self.scored:  # trained, cut off before the sweep wrote its row
+            self.steps = max((s for s, _ in self.train), default=-1) + 1 or None
+            cap = (recipe.get("trainer") or {}).get("max_steps")
+            reached = f"step cap reached (trainer.max_steps={cap}); " if self.steps == cap else ""
+            self.stopped = reached + UNSCORED
         self.train_min, self.processes = training_minutes(losses)
         self.paused_min = PAUSED_MIN.get(f"{tier}/{folder.name}", 0.0)
         if self.train_min is not None:
@@ -142,8 +163,40 @@ class Cell:
 
 
 def load_cells() -> list[Cell]:
+    """Every collected cell: those the sweeps finished (``cell.json``) and those that trained
+    on a lent GPU and were cut off before their final test (losses only)."""
     return [Cell(tier, folder) for tier in TIERS if (DATA / tier).is_dir()
-            for folder in sorted((DATA / tier).iterdir()) if (folder / "cell.json").is_file()]
+            for folder in sorted((DATA / tier).iterdir())
+            if (folder / "cell.json").is_file() or (folder / "loss.csv").is_file()]
+
+
+def collect_gpu(source: Path, target: Path) -> int:
+    """The cells ``study_depth_gpu.sh`` ran on a lent GPU, from its unpacked tarballs in
+    ``source`` (``gpu-<scheme>/<cell>/`` and ``gpu-<scheme>.log``), into the tier folder
+    ``target``; returns how many. A finished cell is copied as any sweep's; one whose final test
+    the device's time cut off (no ``cell.json``) with its losses and recipe, to be reported as
+    trained but not scored. Each keeps its sweep's log as ``sweep.log``: Lightning's "GPU
+    available: True (cuda), used: True" there is the record that it trained on the GPU (the
+    study's commit writes no device into ``summary.json``)."""
+    copied = 0
+    for sweep in sorted(source.glob("gpu-*/")):
+        copy_cells(sweep, target, translations=True, extra=("recipe.yaml",))
+        for cell in sorted(p for p in sweep.iterdir() if p.is_dir()):
+            metrics = cell / "logs" / "csv" / "metrics.csv"
+            if not metrics.is_file():
+                continue
+            out = target / cell.name
+            if not (cell / "cell.json").is_file():
+                if (out / "cell.json").is_file():  # never overwrite a scored cell
+                    continue
+                out.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cell / "recipe.yaml", out / "recipe.yaml")
+                write_csv(out / "loss.csv", loss_rows(metrics), LOSS_FIELDS)
+            log = sweep.parent / f"{sweep.name}.log"
+            if log.is_file():
+                shutil.copyfile(log, out / "sweep.log")
+            copied += 1
+    return copied
 
 
 def setting(cells: list[Cell], tier: str, scheme: str) -> list[Cell]:
@@ -377,22 +430,30 @@ def _difference(result: Comparison) -> str:
 
 
 def fixes_table(cells: list[Cell], refs: list[str] | None) -> list[str]:
-    lines = ["| scheme (18+18, warm-up 4,000) | BLEU | minus Pre-LN | minus Post-LN |",
-             "|---|---|---|---|"]
+    """The four fixes at 18+18 against Pre-LN and Post-LN in test BLEU, with each cell's best
+    validation loss: the one reading a cell cut off before its final test still has."""
+    lines = ["| scheme (18+18, warm-up 4,000) | ran on | best val loss | BLEU | minus Pre-LN | "
+             "minus Post-LN |", "|---|---|---|---|---|---|"]
     for scheme in ("deepnorm", "admin", "resi_dual", "subln"):
         group = setting(cells, "stability", scheme)
+        ran = next((c for c in cells if c.tier == "stability" and c.scheme == scheme), None)
         cols = []
         for baseline in ("pre", "post"):
             result = compare(cells, "stability", scheme, baseline, refs)
             cols.append("–" if result is None else _difference(result))
-        lines.append(f"| {SCHEMES[scheme]} | {_fmt(group[0].bleu if group else None)} | "
-                     + " | ".join(cols) + " |")
+        lines.append(f"| {SCHEMES[scheme]} | {_ran_on(ran) if ran else '–'} | "
+                     f"{_fmt(ran.best_val if ran else None, 3)} | "
+                     f"{_fmt(group[0].bleu if group else None)} | " + " | ".join(cols) + " |")
     return lines
+
+
+def _ran_on(cell: Cell) -> str:
+    return f"{cell.precision or '–'}{', GPU' if cell.on_gpu else ', CPU'}"
 
 
 # -- the report -------------------------------------------------------------------------------
 def cell_table(cells: list[Cell], tier: str) -> list[str]:
-    head = ["scheme", "seed", "precision", "updates", "why it stopped", "best val loss",
+    head = ["scheme", "seed", "precision, device", "updates", "why it stopped", "best val loss",
             "test BLEU (best)", "(average of last 5)", "greedy", "training (min)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cell in sorted((c for c in cells if c.tier == tier),
@@ -405,7 +466,7 @@ def cell_table(cells: list[Cell], tier: str) -> list[str]:
             stopped += f" (resumed {cell.processes - 1}x)"
         if cell.paused_min:
             stopped += f" (suspended {cell.paused_min:.0f} min, not counted)"
-        row = [SCHEMES.get(cell.scheme, cell.scheme), cell.seed, cell.precision or "–",
+        row = [SCHEMES.get(cell.scheme, cell.scheme), cell.seed, _ran_on(cell),
                str(cell.steps or "–"), stopped, _fmt(cell.best_val, 3), _fmt(cell.bleu),
                _fmt(cell.averaged), _fmt(cell.greedy), _fmt(cell.train_min, 1)]
         lines.append("| " + " | ".join(row) + " |")
@@ -415,7 +476,11 @@ def cell_table(cells: list[Cell], tier: str) -> list[str]:
 def render(cells: list[Cell], references: list[str] | None) -> str:
     plt = plots.pyplot()
     figures = plots.draw_all(cells, plt, FIGURES)
-    hours = sum(c.train_min or 0.0 for c in cells) / 60
+    hours = sum(c.train_min or 0.0 for c in cells if not c.on_gpu) / 60
+    on_gpu = [c for c in cells if c.on_gpu]
+    gpu_min = sum(c.train_min or 0.0 for c in on_gpu)
+    gpu = (f"{len(on_gpu)} cell{'s' * (len(on_gpu) != 1)} on the GPU, {gpu_min:.0f} min of "
+           "training in all, side by side" if on_gpu else "no cell on a GPU")
     signatures = sorted({c.signature for c in cells if c.signature})
     counts = ", ".join(f"{tier} {sum(c.tier == tier for c in cells)} of {PLANNED[tier]}"
                        for tier in TIERS)
@@ -442,14 +507,25 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         f"The sweeps run from a clone at commit `{STUDY_COMMIT}`, and are resumable: re-running "
         "a command finishes its interrupted cell from the last checkpoint and skips the "
         "finished ones. "
-        "Machine: a 2-core CPU (AMD EPYC, one thread per cell, two cells side by side). No "
-        "cell ran on a GPU: one session (2026-11-26) was lent an H200 for 15 minutes of device "
-        "time in all, and its one attempt, the four remaining 18+18 cells side by side "
-        "(`--jobs 4`), trained on the host's CPU instead (a defect of `normzoo sweep --jobs`, "
-        "since fixed: its local jobs were given no GPU) and reached update 550 of 4,500 in 9 "
-        "minutes; those partial cells are not used. "
-        f"Cells: {counts}; {hours:.1f} h of one-thread training "
-        f"in all, about {hours / 2:.1f} h of the two cores, against a budget of about 10. "
+        "Machine: a 2-core CPU (AMD EPYC, one thread per cell, two cells side by side), but "
+        "for the cells whose row says GPU. Two sessions were lent an NVIDIA H200, each for "
+        "15 minutes of device time in all (start-up included). The first (2026-11-26, 01:00 "
+        "UTC) ran the four remaining 18+18 cells side by side (`--jobs 4`), and they trained "
+        "on the host's CPU instead (a defect of `normzoo sweep --jobs`, since fixed: its local "
+        "jobs were given no GPU), reaching update 550 of 4,500 in 9 minutes; those partial "
+        "cells are not used. The second (04:12 UTC) trained ResiDual and Sub-LN at 18+18 "
+        "there, side by side, through `benchmarks/study_depth_gpu.sh` (a wheel of the study's "
+        "commit, the same prepared data and tokenizer), to the 4,500-update cap in about 9 "
+        "minutes each; Sub-LN was stopped at update 4,397 by the first call's deadline and "
+        "resumed from its checkpoint in the second. Neither finished its final test before the "
+        "device time ran out: Lightning had moved the model to the CPU at the end of training, "
+        "so the four decodes of test2016 ran on the host's CPU (a defect, since fixed: the "
+        "test decodes on the training device). They have validation losses, not BLEU; their "
+        "sweep logs, with Lightning's \"GPU available: True (cuda), used: True\", are kept "
+        "beside their losses. "
+        f"Cells: {counts}; {hours:.1f} h of one-thread training on the CPU "
+        f"in all, about {hours / 2:.1f} h of the two cores, against a budget of about 10; "
+        f"{gpu}. "
         "Each cell's precision is in its table row. Training minutes compare only roughly "
         "between cells: they ran in different sessions, beside different work, and the study's "
         "commit predates the CPU's family and model in `summary.json` (the machine of the "
@@ -476,13 +552,19 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
               "### The papers' figures beside ours", "",
               "Absolute BLEU is not comparable across datasets and model sizes; the pattern "
               "within a row is.", "", *papers_table(cells), ""]
+    unscored = [c for c in cells if not c.scored]
     lines += [
         "## What this study could not judge", "",
         "- **Quality at 18+18.** The stability tier stops at 4,500 updates, 500 past the "
         "warm-up's peak, to keep within the 10-hour budget: its BLEU says whether a scheme "
         "trains through the peak, not what it converges to.",
+        *([f"- **Test BLEU of {' and '.join(c.label for c in unscored)} at 18+18.** Trained "
+           "to the cap but not scored (see How it was run): the fixes table compares them by "
+           "validation loss only, across devices and precisions, a reading rather than a "
+           "verdict. No verdict reads them."] if unscored else []),
         "- **Precision at 18+18.** Post-LN and Admin at 18+18 trained in bf16-mixed, the "
-        "cells after the machine changed in 32-true (see each row). A scheme that trains in "
+        "CPU cells after the machine changed in 32-true, the GPU cells in bf16-mixed on the "
+        "GPU (see each row). A scheme that trains in "
         "one precision and fails in the other would be confounded with it. Two readings speak "
         "against that: Admin trained in bf16-mixed at 18+18, so bf16 alone does not make a "
         "deep model fail here, and the [precision study](precision.md) moved no reading "
@@ -510,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands", choices=("a", "b"),
                         help="print slot A's or slot B's sweep commands, one a line, in order "
                         "(benchmarks/study_depth.sh runs them) and exit")
+    parser.add_argument("--gpu", type=Path, metavar="DIR",
+                        help="also collect the stability cells study_depth_gpu.sh ran on a lent "
+                        "GPU, from its tarballs unpacked in DIR")
     parser.add_argument("--render-only", action="store_true",
                         help="render from docs/study-depth/data without reading the runs")
     parser.add_argument("--references", type=Path, default=REFERENCES,
@@ -522,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
         for tier, folder, _ in SWEEPS:
             copy_cells(args.sweeps / folder, DATA / tier, translations=True,
                        extra=("recipe.yaml",))
+        if args.gpu:
+            print(f"collected {collect_gpu(args.gpu, DATA / 'stability')} GPU cells")
     cells = load_cells()
     references = (args.references.read_text(encoding="utf-8").removesuffix("\n").split("\n")
                   if args.references.is_file() else None)

@@ -10,8 +10,12 @@
 # `run` prints each cell's update every 30 s (two lines give the speed), stops the cells at
 # SWEEP_S seconds (default 540: call it with timeout_s 590; a stopped cell saves last.ckpt, and
 # the same call on the still-warm machine resumes it), and puts each cell's files but its
-# checkpoints in $OUT/gpu-<scheme>.tar.gz: unpack it, and move its cell folder into the sweep's
-# folder under the study's runs/study-papers/ (study_depth.py, SWEEPS). EXTRA adds overrides
+# checkpoints in $OUT/gpu-<scheme>.tar.gz. Unpack them into one folder, DIR, and collect them
+# with `python benchmarks/study_depth.py --gpu DIR`: a finished cell is copied as a sweep's, one
+# the deadline cut off after training with its losses (reported as not scored), each with its
+# sweep's log, the record that it trained on the GPU. The final test decodes on the host's CPU
+# at the study's commit (Lightning's teardown moves the model there; fixed since): an 18+18
+# cell's took more than 200 s on the H200 machine, after 9 minutes of training. EXTRA adds overrides
 # (a dry run here: EXTRA="model.encoder_layers=2 model.decoder_layers=2 trainer.max_steps=20").
 set -u
 GPU=.gpu
@@ -50,10 +54,11 @@ run() {
   cd $GPU || return 1
   for scheme in "$@"; do
     folder=/tmp/runs/gpu-${scheme//[^a-z_]/}
+    nvidia-smi -L >> "$folder.log"  # the device, in the log the report keeps
     # shellcheck disable=SC2086
     normzoo sweep recipes/multi30k_papers.yaml data.dir="$root/$GPU/multi30k" $STABLE \
       ${EXTRA:-} --set "model.residual=$scheme" --diagnose --out "$folder" \
-      > "$folder.log" 2>&1 &
+      >> "$folder.log" 2>&1 &
     pids+=($!)
   done
   while kill -0 "${pids[@]}" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "${SWEEP_S:-540}" ]; do

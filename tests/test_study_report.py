@@ -125,7 +125,8 @@ def test_every_claim_gets_its_verdict_from_the_numbers(report):
     assert "DeepNorm 28.00 vs Post-LN 1.00 (one seed): +27.00 BLEU" in text
     assert "(the 6+6 seeds)" in text
     # every cell's row: precision, updates, why it stopped, both test scores
-    assert "| Post-LN | 2 | bf16-mixed | 4500 | step cap | 4.900 | 30.80 | 31.30 | 29.80 |" in text
+    assert ("| Post-LN | 2 | bf16-mixed, CPU | 4500 | step cap | 4.900 | 30.80 | 31.30 | 29.80 |"
+            in text)
     assert "ceiling 6 of 6, stability 6 of 6, nowarmup 2 of 2" in text
     assert "| 18 layers | DeepNet (Wang et al. 2022) | diverged | – | – | 28.8 |" in text
     assert "| 6+6 | normzoo" in text and "31.00 ± 0.20 | 28.00 ± 0.30 |" in text
@@ -196,7 +197,7 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
           times=(120.0, 240.0, 130.0, 250.0))
     text = report({key: value for key, value in FULL.items() if key != ("nowarmup", "post", "1")})
     # 240 s before the kill + 250 s after = 8.2 min
-    assert "| Post-LN | 1 | bf16-mixed | 4500 | step cap (resumed 1x) |" in text
+    assert "| Post-LN | 1 | bf16-mixed, CPU | 4500 | step cap (resumed 1x) |" in text
     assert "| 0.50 | 1.00 | -0.50 | 8.2 |" in text
 
 
@@ -238,3 +239,52 @@ def test_the_gpu_script_runs_the_stability_tiers_cells_as_the_study_does():
     assert stability and all(args.startswith(study_depth._STABLE) and "--diagnose" in args
                              for args in stability)
     assert "--diagnose" in script and "--jobs" not in script.split("set -u", 1)[1]
+
+
+def _gpu_tarball(root: Path, scheme: str, steps: int, gpu: bool = True,
+                 finished: bool = False) -> None:
+    """What ``study_depth_gpu.sh`` returns for one cell, unpacked: the sweep's folder with the
+    cell's recipe and metrics (no cell.json when the device's time ran out before the final
+    test) and the sweep's log."""
+    cell = root / f"gpu-{scheme}" / f"residual-{scheme}"
+    (cell / "logs" / "csv").mkdir(parents=True)
+    (cell / "recipe.yaml").write_text(f"model:\n  residual:\n    name: {scheme}\ntrainer:\n"
+                                      "  precision: bf16-mixed\n  max_steps: 4500\n")
+    _write_csv(cell / "logs" / "csv" / "metrics.csv",
+               [{"step": s - 1, "train/loss": 9.0 - s / 1000, "val/loss": 6.0 - s / 1000,
+                 "train/time": s / 10} for s in range(500, steps + 1, 500)])
+    if finished:
+        (cell / "cell.json").write_text(json.dumps({"cell": cell.name, "model.residual": scheme,
+                                                    "status": "ok", "steps": steps}))
+    (root / f"gpu-{scheme}.log").write_text(
+        "GPU available: True (cuda), used: True\n" if gpu else "GPU available: False\n")
+
+
+def test_cells_trained_on_a_lent_gpu_but_not_scored_are_reported_by_their_losses(
+        report, tmp_path: Path) -> None:
+    """A GPU cell cut off before its final test has its losses in the report, marked as run on
+    the GPU and not scored; no verdict reads it, and the CPU's hours leave its time out."""
+    tarballs = tmp_path / "gpu"
+    _gpu_tarball(tarballs, "resi_dual", 4500)
+    _gpu_tarball(tarballs, "subln", 4000, gpu=False)
+    partial = {key: value for key, value in FULL.items()
+               if key[0] != "stability" or key[1] in ("post", "pre", "deepnorm")}
+    study_depth.main(["--gpu", str(tarballs), "--references", str(tmp_path / "missing"),
+                      str(tmp_path / "empty")])
+    text = report(partial)
+    row = "| ResiDual | 1 | bf16-mixed, GPU | 4500 | step cap reached (trainer.max_steps=4500); " \
+          "not scored"
+    assert row in text
+    # a log without Lightning's GPU line is not taken for a GPU run; 4,000 updates is no cap
+    assert "| Sub-LN | 1 | bf16-mixed, CPU | 4000 | not scored" in text
+    assert "| ResiDual | bf16-mixed, GPU | 1.500 | – | – | – |" in text  # fixes: val loss only
+    assert "**Test BLEU of ResiDual and Sub-LN at 18+18.**" in text
+    assert "1 cell on the GPU, 8 min of training" in text
+    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **shown**" in text
+    # a later, scored run of the same cell is never overwritten by an unscored one
+    scored = study_depth.DATA / "stability" / "residual-resi_dual"
+    (scored / "cell.json").write_text(json.dumps({"model.residual": "resi_dual", "status": "ok",
+                                                  "steps": 4500}))
+    (scored / "loss.csv").write_text("kept")
+    assert study_depth.collect_gpu(tarballs, study_depth.DATA / "stability") == 1
+    assert (scored / "loss.csv").read_text() == "kept"
