@@ -64,9 +64,10 @@ _NOWARMUP = f"{_DEEP} optim.warmup_steps=0 trainer.max_steps=1500"
 # cells the verdicts need within the study's budget: the two no-warm-up cells, then Pre-LN and
 # DeepNorm at 18+18. ResiDual and Sub-LN at 18+18, which no verdict reads, come last, in their
 # own folders; on 2026-11-26 both trained on a lent H200 instead (study_depth_gpu.sh, collected
-# with --gpu), so the CPU never ran those two sweeps. Post-LN and Admin at 18+18 had finished under the first order (Post-LN, Pre-LN,
-# DeepNorm in stability-a; Admin, ResiDual, Sub-LN in stability-b); a sweep skips a finished
-# cell and its results list every finished cell of its own grid, so the folders carry on.
+# with --gpu), so the CPU never ran those two sweeps. Post-LN and Admin at 18+18 had finished
+# under the first order (Post-LN, Pre-LN, DeepNorm in stability-a; Admin, ResiDual, Sub-LN in
+# stability-b); a sweep skips a finished cell and its results list every finished cell of its
+# own grid, so the folders carry on.
 SWEEPS = [
     ("ceiling", "ceiling-post", "--set seed=1,2,3 --set model.residual=post"),
     ("ceiling", "ceiling-pre", "--set seed=1,2,3 --set model.residual=pre"),
@@ -473,6 +474,17 @@ def cell_table(cells: list[Cell], tier: str) -> list[str]:
     return lines
 
 
+def _gpu_speed(cells: list[Cell]) -> str:
+    """How fast the GPU cells trained, from their own clocks: what a full-protocol run there
+    would cost is estimated from it."""
+    timed = [c for c in cells if c.train_min and c.steps]
+    if not timed:
+        return ""
+    rates = ", ".join(f"{c.label} {c.steps / (c.train_min * 60):.1f}" for c in timed)
+    return (f"updates per second of an 18+18 d_model-128 cell, {len(timed)} side by side: "
+            f"{rates}")
+
+
 def render(cells: list[Cell], references: list[str] | None) -> str:
     plt = plots.pyplot()
     figures = plots.draw_all(cells, plt, FIGURES)
@@ -574,7 +586,8 @@ def render(cells: list[Cell], references: list[str] | None) -> str:
         "seeds' spread, which deep cells may exceed.",
         "- **Scale.** d_model 128 on Multi30k, on a CPU; the papers train d_model 512–1024 on "
         "WMT for 100k+ updates. A GPU run of the full protocol (5 seeds, 12k updates, d_model "
-        "256–512) takes hours of a GPU; the sessions here are lent one for 15 minutes at most.",
+        "256–512) takes hours of a GPU; the sessions here are lent one for 15 minutes at most"
+        + (f" (measured there: {speed})." if (speed := _gpu_speed(on_gpu)) else "."),
         "",
         *study_eval_gap.section(DATA / "eval-gap"),
         "## Results", "",
