@@ -431,18 +431,21 @@ def _difference(result: Comparison) -> str:
 
 
 def fixes_table(cells: list[Cell], refs: list[str] | None) -> list[str]:
-    """The four fixes at 18+18 against Pre-LN and Post-LN in test BLEU, with each cell's best
-    validation loss: the one reading a cell cut off before its final test still has."""
+    """The four fixes at 18+18 against Pre-LN and Post-LN (the first rows) in test BLEU, with
+    each cell's best validation loss: the one reading a cell cut off before its final test
+    still has."""
     lines = ["| scheme (18+18, warm-up 4,000) | ran on | best val loss | BLEU | minus Pre-LN | "
              "minus Post-LN |", "|---|---|---|---|---|---|"]
-    for scheme in ("deepnorm", "admin", "resi_dual", "subln"):
+    for scheme in ("pre", "post", "deepnorm", "admin", "resi_dual", "subln"):
         group = setting(cells, "stability", scheme)
         ran = next((c for c in cells if c.tier == "stability" and c.scheme == scheme), None)
         cols = []
         for baseline in ("pre", "post"):
-            result = compare(cells, "stability", scheme, baseline, refs)
+            result = (compare(cells, "stability", scheme, baseline, refs)
+                      if scheme != baseline else None)
             cols.append("–" if result is None else _difference(result))
-        lines.append(f"| {SCHEMES[scheme]} | {_ran_on(ran) if ran else '–'} | "
+        name = SCHEMES[scheme] + " (baseline)" * (scheme in ("pre", "post"))
+        lines.append(f"| {name} | {_ran_on(ran) if ran else '–'} | "
                      f"{_fmt(ran.best_val if ran else None, 3)} | "
                      f"{_fmt(group[0].bleu if group else None)} | " + " | ".join(cols) + " |")
     return lines

@@ -50,6 +50,8 @@ def loss_curves(cells: list[Any], title: str, plt: Any, folder: Path, name: str)
         colour, label = f"C{k % 10}", cell.label
         if cell.status == "diverged":
             label += f" (diverged at step {cell.diverged_at})"
+        if cell.on_gpu:  # another device and precision than the CPU cells beside it
+            label += f" ({cell.precision}, GPU)"
         if cell.train:
             train_ax.plot(*zip(*cell.train, strict=True), color=colour, lw=1, label=label)
         if cell.val:
