@@ -31,16 +31,13 @@ import study_depth_plots as plots
 import study_eval_gap
 import yaml
 from study_files import (
-    LOSS_FIELDS,
     as_float,
     copy_cells,
     curve,
-    loss_rows,
     mean_sd,
     read_csv,
     read_json,
     training_minutes,
-    write_csv,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,22 +178,12 @@ def collect_gpu(source: Path, target: Path) -> int:
     study's commit writes no device into ``summary.json``)."""
     copied = 0
     for sweep in sorted(source.glob("gpu-*/")):
-        copy_cells(sweep, target, translations=True, extra=("recipe.yaml",))
-        for cell in sorted(p for p in sweep.iterdir() if p.is_dir()):
-            metrics = cell / "logs" / "csv" / "metrics.csv"
-            if not metrics.is_file():
-                continue
-            out = target / cell.name
-            if not (cell / "cell.json").is_file():
-                if (out / "cell.json").is_file():  # never overwrite a scored cell
-                    continue
-                out.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(cell / "recipe.yaml", out / "recipe.yaml")
-                write_csv(out / "loss.csv", loss_rows(metrics), LOSS_FIELDS)
-            log = sweep.parent / f"{sweep.name}.log"
-            if log.is_file():
-                shutil.copyfile(log, out / "sweep.log")
-            copied += 1
+        names = copy_cells(sweep, target, translations=True, extra=("recipe.yaml",),
+                           unfinished=True)
+        log = sweep.parent / f"{sweep.name}.log"
+        for name in names if log.is_file() else []:
+            shutil.copyfile(log, target / name / "sweep.log")
+        copied += len(names)
     return copied
 
 

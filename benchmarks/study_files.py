@@ -23,27 +23,32 @@ COPIED = ("cell.json", "summary.json", "diagnose.csv")
 
 
 def copy_cells(source: Path, target: Path, translations: bool = False,
-               extra: tuple[str, ...] = ()) -> int:
+               extra: tuple[str, ...] = (), unfinished: bool = False) -> list[str]:
     """Copy every cell of the sweep folder ``source`` that has a ``cell.json`` (the sweep wrote
-    its row: the cell finished, or failed and says so) into ``target``; returns how many.
+    its row: the cell finished, or failed and says so) into ``target``; returns their names.
 
     ``translations``: also the test hypotheses (``hyps.*.txt``), which paired bootstrap needs.
     ``extra``: more of the cell's files by name (``recipe.yaml``: the settings that ran).
+    ``unfinished``: also the cells that trained but have no row (stopped before their final
+    test), with what they have, unless ``target`` already holds a finished copy of the cell.
     """
     if not source.is_dir():
-        return 0
-    copied = 0
-    for cell in sorted(p for p in source.iterdir() if (p / "cell.json").is_file()):
-        out = target / cell.name
+        return []
+    copied = []
+    for cell in sorted(p for p in source.iterdir() if p.is_dir()):
+        out, metrics = target / cell.name, cell / "logs" / "csv" / "metrics.csv"
+        finished = (cell / "cell.json").is_file()
+        if not finished and not (unfinished and metrics.is_file()
+                                 and not (out / "cell.json").is_file()):
+            continue
         out.mkdir(parents=True, exist_ok=True)
         names = [*COPIED, *extra, *(p.name for p in cell.glob("hyps.*.txt") if translations)]
         for name in names:
             if (cell / name).is_file():
                 shutil.copyfile(cell / name, out / name)
-        metrics = cell / "logs" / "csv" / "metrics.csv"
         if metrics.is_file():
             write_csv(out / "loss.csv", loss_rows(metrics), LOSS_FIELDS)
-        copied += 1
+        copied.append(cell.name)
     return copied
 
 
