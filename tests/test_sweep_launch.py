@@ -487,9 +487,13 @@ def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, mo
     pooled = runner.invoke(app, ["compare", "-b", str(runs[0]), "-b", str(runs[1]),
                                  "-s", str(runs[1]), "-s", str(runs[0]), "--json"])
     assert json.loads(pooled.output)["sentences"] == 8
+    # Any number of runs a side: Welch's t-test takes them all, the bootstrap pairs the first.
     uneven = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1]),
-                                 "-s", str(runs[0])])
-    assert uneven.exit_code == 2 and "as many of each" in uneven.output
+                                 "-s", str(runs[0]), "--json"])
+    assert uneven.exit_code == 0, uneven.output
+    report = json.loads(uneven.output)
+    assert report["pairs"] == 1 and len(report["system_seed_bleu"]) == 2
+    assert report["verdict"] in ("not shown", "indicated")  # one run a side at most
     (runs[1] / "hyps.test.txt").unlink()
     missing = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1])])
     assert missing.exit_code == 2 and "has no test translations" in missing.output
@@ -536,11 +540,14 @@ def test_compare_says_which_run_scores_higher_and_what_pooled_seeds_test(tmp_pat
     assert report["better"] == "baseline" and report["difference"] < 0
     assert report["p_value_two_sided"] is True
     one = format_comparison(up)
-    assert "one run a side" in one and "not the variance between seeds" in one
+    assert "one run a side" in one and "Welch's t-test needs two runs a side" in one
+    # One seed a side is never shown: the bootstrap cannot see what another seed would give.
+    assert up["verdict"] != "shown" and "one seed a side" in up["reason"]
     pooled = compare_runs([poor, poor], [good, good])
     assert pooled["sentences"] == 8
     text = format_comparison(pooled)
-    assert "2 runs a side pooled" in text and "not the variance between seeds" in text
+    assert "2 runs a side pooled" in text and "seeds: Welch's t-test on the runs' BLEU" in text
+    assert pooled["verdict"] != "shown" and "2 seeds a side" in pooled["reason"]
 
 
 def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_line(

@@ -1,5 +1,6 @@
-"""``normzoo compare``: whether one run's test BLEU beats another's beyond chance (sacreBLEU's
-paired bootstrap resampling, as ``sacrebleu --paired-bs``).
+"""``normzoo compare``: whether one setting's test BLEU beats another's beyond chance, over the
+seeds (Welch's t-test on the runs' BLEU) and over the sentences (sacreBLEU's paired bootstrap
+resampling, as ``sacrebleu --paired-bs``).
 
 sacreBLEU loads inside the command, never at import.
 """
@@ -17,21 +18,22 @@ from normzoo.cli.common import user_errors
 def compare(
     baseline: list[Path] = typer.Option(..., "--baseline", "-b", metavar="RUN_DIR",
                                         help="A finished translation run directory (repeat: "
-                                        "one per seed)."),
+                                        "one per seed; three or more to show a difference)."),
     system: list[Path] = typer.Option(..., "--system", "-s", metavar="RUN_DIR",
-                                      help="The run compared with it (repeat: one per seed, "
-                                      "in the baselines' order)."),
+                                      help="A run of the setting compared with it (repeat: "
+                                      "one per seed; paired with the baselines in order)."),
     data_dir: Path = typer.Option(None, metavar="DIR",
                                   help="Where the recipes' data files are now."),
     samples: int = typer.Option(1000, min=10, metavar="N",
                                 help="Bootstrap resamples (at least 10)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Paired bootstrap resampling of SYSTEM against BASELINE on their test translations.
+    """Compare the SYSTEM runs with the BASELINE runs (one per seed) on their test translations.
 
-    Says which one scores higher (the sign of the BLEU difference) beside sacreBLEU's p-value,
-    which is two-sided. Several runs a side are pooled: the test is then of those translations,
-    not of the variance between seeds."""
+    Says which setting scores higher, and whether that is shown: Welch's t-test on the runs'
+    BLEU (the seeds' noise) and the paired bootstrap of their pooled translations (the test
+    set's noise) both below 0.05, with three runs a side or more and one precision. Otherwise a
+    difference is at most indicated."""
     from normzoo.sweep.compare import compare_runs, format_comparison, to_json
 
     result = compare_runs(baseline, system, data_dir, samples)

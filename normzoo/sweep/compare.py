@@ -1,11 +1,11 @@
-"""Is one run's test BLEU better than another's beyond chance? sacreBLEU's paired bootstrap on
-the test translations the runs wrote (``hyps.<split>.txt``), over one seed or several.
+"""Is one setting's test BLEU better than another's beyond chance? Over one run a side or
+several (one per seed), from the test translations the runs wrote (``hyps.<split>.txt``).
 
-Several runs per side are paired in the order given (seed 1 with seed 1, ...): their
-translations are concatenated, each against its references, so the resampling draws
-sentence-and-seed pairs scored for both systems. That tests these translations: how much the
-difference would change with other seeds (the variance between training runs) is not part of
-it, and the report says so.
+Two tests, both needed before a difference counts as shown
+(:mod:`normzoo.sweep.significance`): Welch's t-test on the runs' BLEU (the seeds' noise) and
+sacreBLEU's paired bootstrap of their pooled translations (the test set's noise; runs paired in
+the order given, seed 1 with seed 1, ...). With fewer than three runs a side a difference is at
+most *indicated*; runs trained in different precisions are never compared as shown.
 
 sacreBLEU's p-value is two-sided: the chance, were the two equally good, of a difference in
 BLEU at least this large in either direction. Which one is better is the sign of the
@@ -55,56 +55,85 @@ def read_hypotheses(path: Path) -> list[str]:
 
 def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | None = None,
                  samples: int = 1000) -> dict[str, Any]:
-    """Paired bootstrap of ``systems`` against ``baselines`` (as many of each, paired in
-    order) on their test translations; references from the baselines' recipe data
-    (``data_dir`` re-points a ``files`` corpus)."""
+    """Compare ``systems`` with ``baselines`` (one run per seed a side, any number): each run's
+    BLEU and precision, Welch's t-test over the runs, the paired bootstrap of the pooled
+    translations of the first ``min(len)`` runs of each side paired in order, and the verdict.
+    References come from the baselines' recipe data (``data_dir`` re-points a ``files``
+    corpus)."""
+    from normzoo.inference.scoring import paired_bootstrap, score
+    from normzoo.sweep.significance import judge, welch_p
+
+    if not baselines or not systems:
+        raise CompareError("give at least one baseline and one system run")
+    runs = {"baseline": [_run(d) for d in baselines], "system": [_run(d) for d in systems]}
+    split, first = runs["baseline"][0][1], runs["baseline"][0][2]
+    references = _references(first, split, data_dir)
+    for side, dirs in (("baseline", baselines), ("system", systems)):
+        for run_dir, (hyps, run_split, _) in zip(dirs, runs[side], strict=True):
+            if run_split != split or len(hyps) != len(references):
+                raise CompareError(f"{run_dir} translated {run_split} ({len(hyps)} lines) and "
+                                   f"{baselines[0]} {split} ({len(references)} references): "
+                                   "not the same test set")
+    bleu = {side: [round(score(h, references).bleu, 2) for h, _, _ in found]
+            for side, found in runs.items()}
+    precision = {side: [_precision(recipe) for _, _, recipe in found]
+                 for side, found in runs.items()}
+    pairs = min(len(baselines), len(systems))
+    base_hyps = [h for hyps, _, _ in runs["baseline"][:pairs] for h in hyps]
+    sys_hyps = [h for hyps, _, _ in runs["system"][:pairs] for h in hyps]
+    identical = base_hyps == sys_hyps
+    pooled = paired_bootstrap(base_hyps, sys_hyps, references * pairs, samples=samples)
+    verdict = judge(bleu["baseline"], bleu["system"], None if identical else pooled.p_value,
+                    [p for side in precision.values() for p in side if p])
+    return {"baselines": [str(p) for p in baselines], "systems": [str(p) for p in systems],
+            "baseline_seed_bleu": bleu["baseline"], "system_seed_bleu": bleu["system"],
+            "baseline_precision": precision["baseline"],
+            "system_precision": precision["system"],
+            "welch_p": welch_p(bleu["baseline"], bleu["system"]),
+            "pairs": pairs, "sentences": len(references) * pairs, "identical": identical,
+            **pooled.as_dict(), "verdict": verdict.label, "reason": verdict.reason}
+
+
+def _references(recipe: dict[str, Any], split: str, data_dir: Path | None) -> list[str]:
     from normzoo.data.sources import load_parallel
-    from normzoo.inference.scoring import paired_bootstrap
     from normzoo.recipe import from_dict
 
-    if len(baselines) != len(systems) or not baselines:
-        raise CompareError(f"{len(baselines)} baseline and {len(systems)} system runs: give "
-                           "as many of each (one per seed, paired in order)")
-    base_hyps, sys_hyps, refs = [], [], []
-    for base_dir, sys_dir in zip(baselines, systems, strict=True):
-        base, split, recipe = _run(base_dir)
-        other, other_split, _ = _run(sys_dir)
-        if other_split != split or len(other) != len(base):
-            raise CompareError(f"{sys_dir} translated {other_split} ({len(other)} lines) and "
-                               f"{base_dir} {split} ({len(base)} lines): not the same test set")
-        data = from_dict(recipe, check_registry=False).data
-        if data_dir is not None:
-            data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
-        references = load_parallel(data, split, data.valid_limit)[1]
-        if len(references) != len(base):
-            raise CompareError(f"{base_dir}: {len(base)} translations for {len(references)} "
-                               f"references of {split}")
-        base_hyps += base
-        sys_hyps += other
-        refs += references
-    result = paired_bootstrap(base_hyps, sys_hyps, refs, samples=samples)
-    return {"baselines": [str(p) for p in baselines], "systems": [str(p) for p in systems],
-            "sentences": len(refs), "identical": base_hyps == sys_hyps, **result.as_dict()}
+    data = from_dict(recipe, check_registry=False).data
+    if data_dir is not None:
+        data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
+    return load_parallel(data, split, data.valid_limit)[1]
+
+
+def _precision(recipe: dict[str, Any]) -> str:
+    """The precision the run trained in, as its saved recipe records it (a bf16 request that
+    fell back to fp32 on a CPU without bf16 is saved as ``32-true``)."""
+    return str((recipe.get("trainer") or {}).get("precision") or "")
 
 
 def direction(result: dict[str, Any]) -> tuple[float, str | None]:
-    """The system's BLEU minus the baseline's, and which of the two is higher (None: equal)."""
-    difference = result["system_bleu"] - result["baseline_bleu"]
+    """The system's mean BLEU over its runs minus the baseline's, and which of the two is
+    higher (None: equal)."""
+    from normzoo.sweep.significance import mean_sd
+
+    difference = (mean_sd(result["system_seed_bleu"])[0]
+                  - mean_sd(result["baseline_seed_bleu"])[0])
     return difference, "system" if difference > 0 else "baseline" if difference < 0 else None
 
 
-def scope(runs: int) -> str:
-    """What the bootstrap resamples, and what it therefore does not test."""
-    pooled = f"{runs} runs a side pooled" if runs > 1 else "one run a side"
-    return (f"{pooled}: the bootstrap resamples sentences of these translations, so it tests "
-            "them, not the variance between seeds (other seeds could give another difference)")
+def _side(name: str, bleus: list[float], precisions: list[str]) -> str:
+    from normzoo.sweep.significance import mean_sd
+
+    mean, sd = mean_sd(bleus)
+    runs = "1 run" if len(bleus) == 1 else f"{len(bleus)} runs"
+    spread = f" ± {sd:.2f} ({', '.join(f'{b:.2f}' for b in bleus)})" if len(bleus) > 1 else ""
+    kinds = ", ".join(sorted({p for p in precisions if p})) or "precision not recorded"
+    return f"{name}: {runs}, BLEU {mean:.2f}{spread}, {kinds}"
 
 
 def format_comparison(result: dict[str, Any]) -> str:
     difference, better = direction(result)
-    lines = [f"baseline BLEU {result['baseline_bleu']:.2f}, system BLEU "
-             f"{result['system_bleu']:.2f} (bootstrap 95% CI ± {result['system_ci']:.2f}), "
-             f"{result['sentences']} sentence pairs"]
+    lines = [_side("baseline", result["baseline_seed_bleu"], result["baseline_precision"]),
+             _side("system", result["system_seed_bleu"], result["system_precision"])]
     if result["identical"]:
         # sacreBLEU gives identical systems p = 1/(samples+1) by design (multeval's
         # convention: a zero difference is not chance); there is simply nothing to test.
@@ -116,22 +145,23 @@ def format_comparison(result: dict[str, Any]) -> str:
             lines.append(f"the baseline scores higher: the system is {difference:+.2f} BLEU")
         else:
             lines.append("the same BLEU: neither scores higher")
-        significant = result["p_value"] < 0.05
-        verdict = (f"significant at 0.05: the {better} is better beyond chance"
-                   if significant and better else
-                   "not significant at 0.05: chance could give this difference, neither is "
-                   "shown to be better")
-        lines.append(f"p = {result['p_value']:.4f} (paired bootstrap, two-sided: a difference "
-                     f"this large either way if the two were equally good): {verdict}")
-    lines += [scope(len(result["systems"])), result["signature"]]
+        welch = result["welch_p"]
+        lines.append("seeds: " + ("Welch's t-test needs two runs a side or more" if welch is None
+                                  else f"Welch's t-test on the runs' BLEU, p = {welch:.4f}"))
+        pooled = (f"{result['pairs']} runs a side pooled, paired in order" if result["pairs"] > 1
+                  else "one run a side")
+        lines.append(f"sentences: paired bootstrap ({pooled}; two-sided), p = "
+                     f"{result['p_value']:.4f}; pooled BLEU {result['baseline_bleu']:.2f} vs "
+                     f"{result['system_bleu']:.2f} (95% CI ± {result['system_ci']:.2f})")
+    lines += [f"{result['verdict']}: {result['reason']}", result["signature"]]
     return "\n".join(lines)
 
 
 def with_direction(result: dict[str, Any]) -> dict[str, Any]:
-    """The result with the difference, the higher of the two and what was tested, for JSON."""
+    """The result with the difference of the means and the higher of the two, for JSON."""
     difference, better = direction(result)
     return {**result, "difference": difference, "better": None if result["identical"] else
-            better, "p_value_two_sided": True, "tests": scope(len(result["systems"]))}
+            better, "p_value_two_sided": True}
 
 
 def to_json(result: dict[str, Any]) -> str:

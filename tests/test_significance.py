@@ -1,0 +1,111 @@
+"""The seed-aware verdict (normzoo.sweep.significance): a seed is not mistaken for a setting at
+more than the rate the test promises, a real difference is shown, and the depth study's
+committed 6+6 cells (two settings that train alike) are never called different."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normzoo.sweep.significance import (
+    INDICATED,
+    NOT_SHOWN,
+    SHOWN,
+    judge,
+    welch_p,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CEILING = ROOT / "docs" / "study-depth" / "data" / "ceiling"
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+
+def _null_rate(seeds: int, trials: int = 4000, sd: float = 0.6) -> float:
+    rng = np.random.default_rng(0)
+    draws = rng.normal(34.7, sd, size=(trials, 2, seeds))
+    return float(np.mean([welch_p(a.tolist(), b.tolist()) < 0.05 for a, b in draws]))
+
+
+def test_the_seed_test_holds_its_false_positive_rate_on_settings_that_do_not_differ():
+    # Two settings with the same mean and the same seed-to-seed spread: Welch's t-test calls
+    # them different at no more than its nominal 5% (4,000 trials; with 3 seeds a side it is a
+    # little conservative, 3.5%, since its degrees of freedom are estimated), and not so far
+    # under it that it could never find anything.
+    for seeds in (3, 5):
+        assert 0.02 <= _null_rate(seeds) <= 0.065
+
+
+def test_the_seed_test_finds_a_real_difference():
+    rng = np.random.default_rng(1)
+    found = [welch_p(rng.normal(30.0, 0.6, 3).tolist(), rng.normal(33.0, 0.6, 3).tolist()) < 0.05
+             for _ in range(500)]
+    assert np.mean(found) > 0.9  # 3 BLEU at a 0.6 spread, 3 seeds a side
+
+
+def test_the_verdict_needs_both_tests_three_seeds_and_one_precision():
+    low, high = [30.1, 30.4, 29.8], [33.0, 33.5, 32.8]
+    assert judge(low, high, bootstrap_p=0.001).label == SHOWN
+    # The bootstrap alone sees these sentences, not another seed: indicated.
+    spread = judge([30.0, 34.0, 31.0], [33.0, 30.5, 35.0], bootstrap_p=0.001)
+    assert spread.label == INDICATED and "seeds' spread could give it" in spread.reason
+    one = judge([30.0], [33.0], bootstrap_p=0.001)
+    assert one.label == INDICATED and "one seed a side" in one.reason
+    assert judge(low[:2], high[:2], bootstrap_p=0.001).label == INDICATED
+    assert judge([30.0], [30.1], bootstrap_p=0.6).label == NOT_SHOWN
+    mixed = judge(low, high, bootstrap_p=0.001,
+                  precisions=["bf16-mixed", "bf16-mixed", "32-true"])
+    assert mixed.label == NOT_SHOWN and "different precisions" in mixed.reason
+    # Failing runs all scoring 0.00 against training ones: no spread, certainly different.
+    assert welch_p([0.0, 0.0, 0.0], [30.0, 31.0, 32.0]) < 1e-3
+    assert welch_p([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]) == 1.0
+    assert welch_p([1.0], [2.0, 3.0]) is None
+
+
+def _ceiling_bleu() -> dict[tuple[str, str], float]:
+    import json
+
+    found = {}
+    for cell in CEILING.iterdir():
+        record = json.loads((cell / "summary.json").read_text(encoding="utf-8"))
+        scheme = "post" if cell.name.endswith("post") else "pre"
+        found[(scheme, cell.name.split("_")[0].removeprefix("seed-"))] = record["test"]["bleu"]
+    return found
+
+
+def test_splits_of_the_committed_6x6_cells_are_called_different_at_about_the_promised_rate():
+    # Post-LN and Pre-LN 6+6 train to the same BLEU under the papers' protocol, so the six
+    # cells are six seeds of one quality. Split every way into two groups of three (10 splits),
+    # the seed test finds a difference in one: the best three against the worst three (34.73,
+    # 35.16, 35.44 against 34.21, 34.23, 34.42, p = 0.047), the most extreme of ten looks, as a
+    # 5% test gives. The split the study actually makes, Post-LN against Pre-LN, is p = 0.99.
+    bleu = _ceiling_bleu()
+    assert len(bleu) == 6
+    cells = sorted(bleu)
+    splits = [(group, tuple(c for c in cells if c not in group))
+              for group in itertools.combinations(cells, 3) if cells[0] in group]
+    assert len(splits) == 10
+    found = [welch_p([bleu[c] for c in a], [bleu[c] for c in b]) < 0.05 for a, b in splits]
+    assert sum(found) <= 1
+    by_scheme = [[bleu[("post", s)] for s in "123"], [bleu[("pre", s)] for s in "123"]]
+    assert welch_p(*by_scheme) > 0.9
+    assert judge(*by_scheme, bootstrap_p=0.001).label != SHOWN
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs ../shared/data/multi30k")
+def test_compare_on_the_committed_6x6_cells_shows_no_difference(monkeypatch, tmp_path):
+    from normzoo.sweep.compare import compare_runs
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    post = [CEILING / f"seed-{s}_residual-post" for s in (1, 2, 3)]
+    pre = [CEILING / f"seed-{s}_residual-pre" for s in (1, 2, 3)]
+    settings = compare_runs(pre, post, MULTI30K, samples=200)
+    assert settings["verdict"] == NOT_SHOWN and settings["welch_p"] > 0.5
+    assert settings["baseline_precision"] == ["bf16-mixed"] * 3
+    # One Pre-LN seed against another: paired bootstrap alone finds 1.21 BLEU significant
+    # (p < 0.01); one seed a side is at most indicated.
+    seeds = compare_runs(pre[:1], pre[1:2], MULTI30K, samples=200)
+    assert seeds["p_value"] < 0.05 and seeds["verdict"] == INDICATED
+    assert seeds["baseline_seed_bleu"] == [35.44] and seeds["system_seed_bleu"] == [34.23]
