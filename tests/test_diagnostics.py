@@ -58,6 +58,9 @@ def test_forward_diagnostics_equal_direct_computations(residual):
                      / real_tokens(stream_in, pad).norm(dim=-1).mean())
             assert found.branch_ratio[f"{name}.self_attn"] == pytest.approx(ratio.item(),
                                                                             rel=1e-5)
+            branch = real_tokens(attn_out, pad).norm(dim=-1).mean()  # ||f(x)|| itself
+            assert found.branch_norm[f"{name}.self_attn"] == pytest.approx(branch.item(),
+                                                                           rel=1e-5)
             if residual == "pre":
                 rms = real_tokens(stream_in, pad).pow(2).mean().sqrt()
                 key = f"encoder.layers.{i}.self_attn_residual.norm"
@@ -70,7 +73,7 @@ def test_forward_diagnostics_equal_direct_computations(residual):
                 real_tokens(stream_in, pad), real_tokens(stream_out, pad), dim=-1).mean()
             assert found.layer_cosine[name] == pytest.approx(cosine.item(), rel=1e-5, abs=1e-6)
     # Every sublayer of both stacks is measured.
-    assert len(found.branch_ratio) == 2 * 2 + 2 * 3
+    assert len(found.branch_ratio) == len(found.branch_norm) == 2 * 2 + 2 * 3
     assert len(found.stream_norm) == 4
 
 
@@ -418,6 +421,8 @@ def test_branch_ratio_compares_the_terms_as_the_scheme_sums_them(residual):
         stream_term, branch_term = x, res.norm_out(f)
     expected = branch_term.detach().norm(dim=-1).mean() / stream_term.detach().norm(dim=-1).mean()
     assert found.branch_ratio["encoder.layers.1.ffn"] == pytest.approx(expected.item(), rel=1e-5)
+    assert found.branch_norm["encoder.layers.1.ffn"] == pytest.approx(
+        branch_term.detach().norm(dim=-1).mean().item(), rel=1e-5)
     if residual == "rezero":  # every other connection still adds nothing
         assert found.branch_ratio["encoder.layers.0.ffn"] == 0.0
         assert found.branch_ratio["encoder.layers.1.self_attn"] == 0.0

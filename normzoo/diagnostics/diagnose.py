@@ -92,7 +92,8 @@ def measure(variant: Variant, tokenizer, batch: dict) -> Measurements:
 
 
 CSV_FIELDS = ["when", "stack", "layer", "grad_norm", "stream_norm", "layer_cosine",
-              "ratio_self_attn", "ratio_cross_attn", "ratio_ffn"]
+              "ratio_self_attn", "ratio_cross_attn", "ratio_ffn",
+              "branch_self_attn", "branch_cross_attn", "branch_ffn"]
 
 
 def csv_rows(results: dict[str, Measurements]) -> list[dict]:
@@ -104,7 +105,9 @@ def csv_rows(results: dict[str, Measurements]) -> list[dict]:
             rows.append({"when": label, "stack": stack, "layer": layer,
                          "grad_norm": found.grad_norm.get(name, ""), "stream_norm": norm,
                          "layer_cosine": found.layer_cosine.get(name, ""),
-                         **{f"ratio_{k}": found.branch_ratio.get(f"{name}.{k}", "")
+                         **{f"{column}_{k}": values.get(f"{name}.{k}", "")
+                            for column, values in (("ratio", found.branch_ratio),
+                                                   ("branch", found.branch_norm))
                             for k in ("self_attn", "cross_attn", "ffn")}})
     return rows
 

@@ -12,6 +12,9 @@ layer, ``encoder.layers.3.self_attn`` for a sublayer, the module path for a norm
   two terms as its scheme sums them (:meth:`~normzoo.residual.base.Residual.terms`): ||f(x)|| /
   ||x|| for Pre-LN and Post-LN, ||a f(x)|| / ||x|| for ReZero (0 at init), ||f(x)|| / ||alpha
   x|| for DeepNorm; shows how much each sublayer still changes the stream.
+* ``branch_norm``: mean ||branch term|| of each residual connection, the numerator of
+  ``branch_ratio``: whether a deep branch shrinks or the stream beside it grows, which the ratio
+  alone cannot tell.
 * ``norm_input``: root mean square of what enters each norm.
 * ``grad_norm``: L2 norm of the gradients of a layer's and of a sublayer's parameters (its
   residual connection's norms and scales included).
@@ -43,6 +46,7 @@ class Measurements:
     stream_norm: dict[str, float] = field(default_factory=dict)
     layer_cosine: dict[str, float] = field(default_factory=dict)
     branch_ratio: dict[str, float] = field(default_factory=dict)
+    branch_norm: dict[str, float] = field(default_factory=dict)
     norm_input: dict[str, float] = field(default_factory=dict)
     grad_norm: dict[str, float] = field(default_factory=dict)
 
@@ -149,6 +153,7 @@ def probe(model: nn.Module) -> Iterator[Measurements]:
             handle.remove()
         for key, (branch_norm, stream_norm) in branch.items():
             found.branch_ratio[key] = branch_norm / stream_norm if stream_norm else math.inf
+            found.branch_norm[key] = branch_norm
 
 
 def gradient_norms(model: nn.Module) -> dict[str, float]:
