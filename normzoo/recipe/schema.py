@@ -244,7 +244,8 @@ class EvalConfig(_Section):
     valid_bleu_limit: int | None = Field(default=None, gt=0, description="sentences decoded")
     average_last: int = Field(
         default=1, ge=1, description="also score the average of the newest N periodic "
-        "checkpoints on the test split (translation; needs trainer.keep_checkpoints >= N)")
+        "checkpoints from the best validation point on (translation; none if the best is the "
+        "newest; needs trainer.keep_checkpoints >= N)")
 
 
 class DiagnosticsConfig(_Section):

@@ -63,8 +63,9 @@ def test_language_model(recipe: Recipe, task, data,
 
 def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     """BLEU of the best checkpoint on the test split, decoded by rank 0 alone; with
-    ``eval.average_last`` N > 1, also of the average of the run's newest N periodic
-    checkpoints (fairseq's ``average_checkpoints``), under ``averaged``.
+    ``eval.average_last`` N > 1, also of the average of the run's converged checkpoints
+    (:func:`converged_checkpoints`, fairseq's ``average_checkpoints`` at the end of training),
+    under ``averaged``.
 
     The decoding runs on the device that trained (rank 0's): Lightning's teardown at the end of
     ``fit`` moves the model to the CPU, where an 18+18 model's four decodes of test2016 (beam
@@ -88,20 +89,52 @@ def _test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
         from normzoo.checkpoints.rolling import step_checkpoints
         from normzoo.export.writer import average_state
 
-        newest = [path for _, path in step_checkpoints(run_dir / "checkpoints")]
-        paths = newest[-recipe.eval.average_last:]
-        if len(paths) < recipe.eval.average_last:  # a run shorter than N validations
-            from lightning.pytorch.utilities import rank_zero_info
-
-            rank_zero_info(f"warning: eval.average_last={recipe.eval.average_last}, but the run "
-                           f"has {len(paths)} periodic checkpoints: averaging those")
+        best_step = best_checkpoint_step(trainer)
+        paths, skipped = converged_checkpoints(step_checkpoints(run_dir / "checkpoints"),
+                                               best_step, recipe.eval.average_last)
+        summary["averaged"] = {"requested": recipe.eval.average_last, "rule": AVERAGE_RULE,
+                               "best_step": best_step}
+        if skipped:
+            summary["averaged"]["skipped"] = skipped
+            return summary
         task.model.load_state_dict(average_state(paths))
         averaged = _score_test(recipe, task.model, data, run_dir, ".average")
-        summary["averaged"] = {"requested": recipe.eval.average_last,
-                               "checkpoints": [p.name for p in paths],
-                               **{k: averaged[k] for k in ("bleu", "chrf", "greedy_bleu")
-                                  if k in averaged}}
+        summary["averaged"] |= {"checkpoints": [p.name for p in paths],
+                                **{k: averaged[k] for k in ("bleu", "chrf", "greedy_bleu")
+                                   if k in averaged}}
     return summary
+
+
+def best_checkpoint_step(trainer) -> int | None:
+    """The step of the run's best checkpoint (None: the run keeps none)."""
+    from normzoo.checkpoints.rolling import checkpoint_step
+
+    best = trainer.checkpoint_callback.best_model_path
+    return checkpoint_step(Path(best)) if best else None
+
+
+AVERAGE_RULE = ("the newest N periodic checkpoints from the best validation point on (the "
+                "best and those after it: the run's converged stretch)")
+
+
+def converged_checkpoints(steps: list[tuple[int, Path]], best_step: int | None,
+                          n: int) -> tuple[list[Path], str | None]:
+    """The checkpoints to average, or none and why.
+
+    The papers average the last checkpoints of a run trained past convergence (fairseq's
+    ``average_checkpoints --num-epoch-checkpoints``): weights that oscillate around one
+    optimum. The newest N of a run still improving are weights along a descent, mid-schedule,
+    and their average scored below the best checkpoint in 11 of the depth study's 12 cells. So
+    only the checkpoints from the best validation point on are averaged (an early-stopped run's
+    last ``patience + 1``), and a run whose best checkpoint is its newest has none: it stopped
+    before it converged."""
+    if best_step is None:
+        return [], "no best checkpoint is known, so no converged stretch to average"
+    after = [path for step, path in steps if step >= best_step]
+    if len(after) < 2:
+        return [], (f"still improving at its end (best checkpoint at step {best_step}, the "
+                    "newest): no converged checkpoints to average")
+    return after[-n:], None
 
 
 def log_test_scores(trainer, summary: dict[str, Any]) -> None:
