@@ -1,32 +1,49 @@
 #!/bin/bash
-# The depth study's 18+18 stability cells (benchmarks/study_depth.py) on a lent GPU: one
-# background `normzoo sweep` per cell, from a wheel of normzoo at the study's commit, with the
-# study's recipe and the prepared Multi30k cache the CPU cells used (same tokenizer, same ids).
-# No `--jobs`: the study's commit predates the fix that gives local jobs a GPU.
+# The depth study's cells (benchmarks/study_depth.py) on a lent GPU: one background
+# `normzoo sweep` per lane, all lanes side by side on the one GPU, from a wheel of normzoo at the
+# study's commit, with the study's recipe and the prepared Multi30k cache the CPU cells use (the
+# same tokenizer, the same ids: an 18+18 Post-LN cell's first 100 losses are bit-equal here and
+# on the CPU).
 #
-#   benchmarks/study_depth_gpu.sh prepare ../study-papers     # here, once: fills .gpu/ (PyPI)
-#   bash benchmarks/study_depth_gpu.sh run resi_dual subln     # there, with .gpu carried
+#   benchmarks/study_depth_gpu.sh prepare ../study-35            # here, once: fills .gpu/ (PyPI)
+#   bash benchmarks/study_depth_gpu.sh run 560                    # there, .gpu carried: call 1
+#   bash benchmarks/study_depth_gpu.sh run 150                    # there, same warm machine: 2
 #
-# `run` prints each cell's update every 30 s (two lines give the speed), stops the cells at
-# SWEEP_S seconds (default 540: call it with timeout_s 590; a stopped cell saves last.ckpt, and
-# the same call on the still-warm machine resumes it), and puts each cell's files but its
-# checkpoints in $OUT/gpu-<scheme>.tar.gz. Unpack them into one folder, DIR, and collect them
-# with `python benchmarks/study_depth.py --gpu DIR`: a finished cell is copied as a sweep's, one
-# the deadline cut off after training with its losses (reported as not scored), each with its
-# sweep's log, the record that it trained on the GPU. The final test decodes on the host's CPU
-# at the study's commit (Lightning's teardown moves the model there; fixed since): an 18+18
-# cell's took more than 200 s on the H200 machine, after 9 minutes of training. EXTRA adds overrides
-# (a dry run here: EXTRA="model.encoder_layers=2 model.decoder_layers=2 trainer.max_steps=20").
+# The lanes are LANES below, highest priority first (the CPU runs the rest of the study, so a lane
+# here is a cell the CPU does not run). `run SECONDS` starts every lane that has not finished (a
+# sweep skips its finished cells and resumes an interrupted one from last.ckpt), prints each
+# cell's update every 30 s, and stops the lanes with a checkpoint at SECONDS. From THROTTLE_AT
+# seconds on it projects when each 18+18 lane ends its training from its speed; while the slowest
+# would end after TARGET_S seconds of the whole lease's training (RAN_S: seconds this lease
+# trained before this call), it stops the lowest-priority 18+18 lane (the lanes share the GPU, so
+# the others speed up). A stopped lane is written to .gpu-dropped and not resumed. Each call puts
+# every lane's files but checkpoints in $OUT/gpu-lanes.tar.gz; unpack the last call's into DIR and
+# collect with `python benchmarks/study_depth.py --gpu DIR`. EXTRA adds overrides (a dry run here:
+# EXTRA="model.encoder_layers=2 model.decoder_layers=2 trainer.max_steps=20" LONG_STEPS=20).
 set -u
 GPU=.gpu
-# The stability tier's arguments, as in study_depth.py (_STABLE, --diagnose).
-STABLE="model.encoder_layers=18 model.decoder_layers=18 trainer.max_steps=4500"
+RUNS=${RUNS:-/tmp/runs}
+RECIPE=recipes/multi30k_papers.yaml
+DEEP="model.encoder_layers=18 model.decoder_layers=18 trainer.max_steps=4500 --diagnose"
+# One decode of the best checkpoint (beam 5, greedy beside it): the averaged checkpoint is scored
+# from the kept checkpoints on the CPU, and the GPU's keep none.
+GPU_EVAL="eval.average_last=1"
+# name|args, highest priority first: the 3-seed 18+18 cells the CPU would take longest over,
+# then ResiDual and Sub-LN (one seed, scored on a GPU only). The cheap 6+6 cells run on the CPU.
+LANES=(
+  "stability-pre-1|$DEEP --set seed=1 --set model.residual=pre"
+  "stability-deepnorm-1|$DEEP --set seed=1 --set model.residual=deepnorm"
+  "stability-pre-2|$DEEP --set seed=2 --set model.residual=pre"
+  "stability-deepnorm-2|$DEEP --set seed=2 --set model.residual=deepnorm"
+  "stability-resi_dual|$DEEP --set model.residual=resi_dual"
+  "stability-subln|$DEEP --set model.residual=subln"
+)
 WHEELS="pydantic pydantic_core annotated-types typing-inspection typing_extensions annotated-doc
 typer click submitit tensorboardX sacrebleu tokenizers"
 
 prepare() {
   local study=$1 pins
-  grep -qx "/$GPU/" .git/info/exclude || echo "/$GPU/" >> .git/info/exclude
+  grep -qsx "/$GPU/" .git/info/exclude || echo "/$GPU/" >> .git/info/exclude
   mkdir -p $GPU/whl $GPU/recipes || return 1
   pins=$("$study/.venv/bin/pip" freeze | python3 -c "
 import sys
@@ -43,42 +60,74 @@ print(' '.join(l.strip() for l in sys.stdin if l.split('==')[0].lower().replace(
     && cp "$study/recipes/studies/multi30k_papers.yaml" $GPU/recipes/ && du -sh $GPU
 }
 
+lane_step() {  # the last logged update of a lane's running cell, 0 if none
+  local f step=0
+  for f in "$RUNS/$1"/*/logs/csv/metrics.csv; do
+    [ -f "$f" ] && [ ! -f "$(dirname "$(dirname "$(dirname "$f")")")/cell.json" ] \
+      && step=$(tail -1 "$f" | cut -d, -f2)
+  done
+  echo "${step:-0}"
+}
+
 run() {
-  local root out t0 scheme folder pids=()
-  root=$(pwd); out=${OUT:-/tmp/out}; t0=$(date +%s); mkdir -p "$out" /tmp/runs
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site $GPU/whl/*.whl || return 1
-  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+  local deadline=$1 root out t0 spec name args i now left hold=0 pids=() names=() long=() last=() seen=()
+  root=$(pwd); out=${OUT:-/tmp/out}; t0=$(date +%s); mkdir -p "$out" $RUNS
+  if [ -z "${LOCAL:-}" ]; then  # LOCAL=1: a dry run here, with the study clone's venv active
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site $GPU/whl/*.whl || return 1
+    export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+  fi
+  export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
   export NORMZOO_CACHE=$root/$GPU/cache
-  nvidia-smi -L
+  nvidia-smi -L 2>/dev/null
   cd $GPU || return 1
-  for scheme in "$@"; do
-    folder=/tmp/runs/gpu-${scheme//[^a-z_]/}
-    nvidia-smi -L >> "$folder.log"  # the device, in the log the report keeps
+  for spec in "${LANES[@]}"; do
+    IFS='|' read -r name args <<< "$spec"
+    grep -qsx "$name" "$RUNS/.gpu-dropped" && continue
+    [ -f "$RUNS/$name/.done" ] && continue
+    nvidia-smi -L >> "$RUNS/$name.log" 2>/dev/null  # the device, in the log the report keeps
     # shellcheck disable=SC2086
-    normzoo sweep recipes/multi30k_papers.yaml data.dir="$root/$GPU/multi30k" $STABLE \
-      ${EXTRA:-} --set "model.residual=$scheme" --diagnose --out "$folder" \
-      >> "$folder.log" 2>&1 &
-    pids+=($!)
+    (normzoo sweep $RECIPE data.dir="$root/$GPU/multi30k" $GPU_EVAL $args ${EXTRA:-} \
+       --out "$RUNS/$name" >> "$RUNS/$name.log" 2>&1 && touch "$RUNS/$name/.done") &
+    pids+=($!); names+=("$name"); [[ $name == stability-* ]] && long+=(${#names[@]}) || true
   done
-  while kill -0 "${pids[@]}" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "${SWEEP_S:-540}" ]; do
-    sleep 30
-    for f in /tmp/runs/gpu-*/*/logs/csv/metrics.csv; do
-      [ -f "$f" ] && echo "t=$(($(date +%s) - t0))s $f update $(tail -1 "$f" | cut -d, -f2)"
+  for i in "${!names[@]}"; do last[i]=$(lane_step "${names[i]}"); seen[i]=$t0; done
+  while kill -0 "${pids[@]}" 2>/dev/null && [ $(($(date +%s) - t0)) -lt "$deadline" ]; do
+    sleep $(( (left = deadline - ($(date +%s) - t0)) < 30 ? left : 30 )); now=$(date +%s)
+    local worst=0 lowest=-1 alive=0
+    for i in "${!names[@]}"; do
+      kill -0 "${pids[i]}" 2>/dev/null || continue
+      local step rate end
+      step=$(lane_step "${names[i]}")
+      echo "t=$((now - t0))s ${names[i]} update $step"
+      [[ " ${long[*]} " == *" $((i + 1)) "* ]] || continue
+      lowest=$i; alive=$((alive + 1))
+      if [ "$step" -gt "${last[i]}" ] && [ $((now - t0)) -ge "${THROTTLE_AT:-120}" ]; then
+        rate=$(python3 -c "print(($step - ${last[i]}) / ($now - ${seen[i]}))")
+        end=$(python3 -c "print(int(${RAN_S:-0} + $now - $t0 + (${LONG_STEPS:-4500} - $step) / $rate))")
+        echo "  ${names[i]}: $rate updates/s, training ends at ~${end}s of the lease's training"
+        [ "$end" -gt "$worst" ] && worst=$end
+      fi
+      last[i]=$step; seen[i]=$now
     done
+    if [ "$hold" -gt 0 ]; then
+      hold=$((hold - 1))  # the lanes' speeds settle after a drop before they are judged again
+    elif [ "$worst" -gt "${TARGET_S:-640}" ] && [ "$alive" -gt 1 ]; then
+      echo "  dropping ${names[lowest]}: the slowest lane would end at ${worst}s > ${TARGET_S:-640}s"
+      pkill -TERM -P "${pids[lowest]}"  # the lane's sweep saves a checkpoint and exits
+      echo "${names[lowest]}" >> "$RUNS/.gpu-dropped"
+      hold=1
+    fi
   done
-  kill -TERM "${pids[@]}" 2>/dev/null; wait
-  for folder in /tmp/runs/gpu-*; do
-    [ -d "$folder" ] || continue
-    tail -3 "$folder.log"
-    tar -czf "$out/$(basename "$folder").tar.gz" -C /tmp/runs --exclude='*.ckpt' \
-      "$(basename "$folder")" "$(basename "$folder").log"
-  done
-  grep -h "GPU available" /tmp/runs/gpu-*.log | sort | uniq -c
+  for i in "${!pids[@]}"; do pkill -TERM -P "${pids[i]}"; done; wait
+  echo "ran $(($(date +%s) - t0))s; finished lanes: $(ls -d $RUNS/*/.done 2>/dev/null | wc -l)"
+  for name in "${names[@]}"; do tail -2 "$RUNS/$name.log"; done
+  tar -czf "$out/gpu-lanes.tar.gz" -C $RUNS --exclude='*.ckpt' .
+  grep -h "GPU available" $RUNS/*.log | sort | uniq -c
 }
 
 case "${1:-}" in
   prepare) prepare "$2" ;;
-  run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare STUDY_CLONE | run SCHEME..." >&2; exit 2 ;;
+  run) run "${2:-560}" ;;
+  *) echo "usage: $0 prepare STUDY_CLONE | run SECONDS" >&2; exit 2 ;;
 esac

@@ -105,3 +105,19 @@ def test_averaging_more_checkpoints_than_the_run_keeps_is_refused(tmp_path: Path
     path.write_text("task: translation\n")
     with pytest.raises(ConfigError, match=r"eval.average_last: averages the newest 5"):
         load(path, ["eval.average_last=5", "trainer.keep_checkpoints=2"])
+
+
+def test_the_best_checkpoint_step_is_read_from_the_best_checkpoint(tmp_path: Path, monkeypatch):
+    from normzoo.run import final_test
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    seen = []
+    real = final_test.best_checkpoint_step
+    monkeypatch.setattr(final_test, "best_checkpoint_step",
+                        lambda trainer: seen.append(real(trainer)) or seen[-1])
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")}, eval={"average_last": 2},
+                            trainer={"max_steps": 3, "val_every_steps": 1,
+                                     "keep_checkpoints": 3, "save_top_k": 1}))
+    summary = train.run(recipe, "tiny.yaml")
+    best = Path(summary["best_checkpoint"]).name
+    assert best == f"best-{seen[0]}.ckpt" and summary["test"]["averaged"]["best_step"] == seen[0]
