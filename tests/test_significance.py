@@ -109,3 +109,12 @@ def test_compare_on_the_committed_6x6_cells_shows_no_difference(monkeypatch, tmp
     seeds = compare_runs(pre[:1], pre[1:2], MULTI30K, samples=200)
     assert seeds["p_value"] < 0.05 and seeds["verdict"] == INDICATED
     assert seeds["baseline_seed_bleu"] == [35.44] and seeds["system_seed_bleu"] == [34.23]
+
+
+def test_without_per_sentence_scores_the_seeds_decide_alone_and_say_so():
+    low, high = [4.03, 4.05, 4.02], [3.79, 3.78, 3.80]
+    shown = judge(low, high, None, sentence_test=False)
+    assert shown.label == SHOWN and "test set's noise is not tested" in shown.reason
+    assert judge(low[:2], high[:2], None, sentence_test=False).label == INDICATED
+    assert judge([4.03, 3.9, 4.1], [4.0, 3.95, 4.05], None,
+                 sentence_test=False).label == NOT_SHOWN

@@ -63,15 +63,23 @@ class Verdict:
 
 def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float | None,
           precisions: Collection[str] = (), alpha: float = ALPHA,
-          min_seeds: int = MIN_SEEDS) -> Verdict:
-    """The verdict on ``system`` against ``baseline`` from their per-seed BLEU, the pooled paired
-    bootstrap's p-value and the precisions the runs trained in (empty: not known)."""
+          min_seeds: int = MIN_SEEDS, sentence_test: bool = True) -> Verdict:
+    """The verdict on ``system`` against ``baseline`` from their per-seed scores, the pooled
+    paired bootstrap's p-value and the precisions the runs trained in (empty: not known).
+
+    ``sentence_test=False``: the scores come with no per-sentence values to resample (a language
+    model's test loss as the runs keep it), so the seeds' test decides alone, and the reason says
+    that the test set's noise was not tested apart from it."""
     seeds = min(len(baseline), len(system))
     seed_p = welch_p(baseline, system)
     by_seeds = seed_p is not None and seed_p < alpha
+    if not sentence_test:
+        bootstrap_p = 0.0 if by_seeds else None
     by_sentences = bootstrap_p is not None and bootstrap_p < alpha
     tests = (f"seeds: Welch p = {_p(seed_p)}; sentences: paired bootstrap p = "
-             f"{_p(bootstrap_p)}")
+             f"{_p(bootstrap_p)}" if sentence_test else
+             f"seeds: Welch p = {_p(seed_p)}; no per-sentence scores, so the test set's noise "
+             "is not tested apart from the seeds'")
     if len(set(precisions)) > 1:
         return Verdict(NOT_SHOWN, f"the runs trained in different precisions "
                        f"({', '.join(sorted(set(precisions)))}): a difference could be the "
