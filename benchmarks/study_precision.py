@@ -10,9 +10,15 @@ Post-LN and Pre-LN, at 6+6 layers with three seeds (``shallow``) and at 18+18 wi
 of its ``metrics.csv`` into ``docs/precision/data/``; **render** writes the report from those
 files alone, so every number in it is in the repository. Cells not yet run show as pending.
 
-The verdict follows the rule printed with it: bf16 moves a reading when the difference of the
-means (bf16 minus fp32) is larger than the seeds' spread (the larger of the two standard
-deviations over seeds).
+The verdict is :func:`normzoo.sweep.significance.judge` on each reading's per-seed values, fp32
+against bf16-mixed: a precision effect is *shown* only with three seeds a side or more, Welch's
+t-test below 0.05 and, for BLEU, the paired bootstrap of the pooled test translations below 0.05
+too. The cells kept no test translations (``docs/precision/data`` has none), so no bootstrap can
+be run: a BLEU difference is at most *indicated*, and the validation loss (no per-sentence
+values) is judged by the seeds' test alone. At 18+18 there is one seed a precision, which can
+neither show nor rule out a precision effect, and where a scheme fails in both precisions
+(BLEU under FAILED_BLEU) no precision effect can be seen at all; the report says so rather than
+reading those cells against the 6+6 spread.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any
 
 from study_files import as_float, copy_cells, curve, read_csv, training_minutes
 
+from normzoo.sweep.significance import INDICATED, MIN_SEEDS, NOT_SHOWN, SHOWN, judge, welch_p
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "precision" / "data"
 FIGURES = ROOT / "docs" / "precision"
@@ -36,6 +44,7 @@ PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16-mixed"}
 SCHEMES = {"post": "Post-LN", "pre": "Pre-LN"}
 SEEDS = {"shallow": ("1", "2", "3"), "deep": ("1",)}
 DEPTH = {"shallow": "6+6", "deep": "18+18"}
+FAILED_BLEU = 1.0  # a scheme whose every cell scores below this test BLEU failed to train
 COMMANDS = {
     "shallow": f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
                "--set seed=1,2,3 --set model.residual=post,pre "
@@ -119,50 +128,74 @@ def _ms(values: list[float], digits: int = 2) -> str:
 
 
 # -- verdicts ---------------------------------------------------------------------------------
-def compare(cells: list[Cell], study: str, scheme: str, attribute: str,
-            digits: int = 2) -> dict[str, Any]:
-    """bf16 minus fp32 in the mean of ``attribute`` over seeds, against the seeds' spread."""
+READINGS = (("bleu", "test2016 BLEU (beam 5)", 2), ("best_val", "best validation loss", 3))
+
+
+def compare(cells: list[Cell], study: str, scheme: str, attribute: str) -> dict[str, Any]:
+    """bf16 minus fp32 in the mean of ``attribute`` over seeds, and the seed-aware verdict on
+    it: BLEU with no paired bootstrap (no translations kept), so at most indicated; the
+    validation loss by the seeds' test alone (no per-sentence values)."""
     values = {p: [getattr(c, attribute) for c in group(cells, study, scheme, p)
                   if getattr(c, attribute) is not None] for p in PRECISIONS}
     expected = len(SEEDS[study])
     done = all(len(v) == expected for v in values.values())
-    means = {p: mean_sd(v)[0] for p, v in values.items()}
-    sds = [mean_sd(v)[1] for v in values.values()]
-    spread = max((s for s in sds if s is not None), default=None)
-    result = {"values": values, "done": done, "spread": spread, "diff": None, "moves": None}
-    if means["32-true"] is not None and means["bf16-mixed"] is not None:
-        result["diff"] = means["bf16-mixed"] - means["32-true"]
-        if spread is not None:
-            result["moves"] = abs(result["diff"]) > spread
+    result: dict[str, Any] = {"values": values, "done": done, "diff": None, "verdict": None,
+                              "welch": None}
+    if values["32-true"] and values["bf16-mixed"]:
+        result["diff"] = (statistics.mean(values["bf16-mixed"])
+                          - statistics.mean(values["32-true"]))
+        result["verdict"] = judge(values["32-true"], values["bf16-mixed"], None,
+                                  sentence_test=attribute == "bleu")
+        result["welch"] = welch_p(values["32-true"], values["bf16-mixed"])
     return result
 
 
-def verdict_lines(cells: list[Cell]) -> tuple[list[str], bool | None]:
-    """One line per scheme and reading, and whether every reading at 6+6 is unmoved (None while
-    cells are pending)."""
-    lines, unmoved = [], []
+def failed(cells: list[Cell], study: str, scheme: str) -> bool:
+    """Whether every cell of the scheme, in both precisions, scored under FAILED_BLEU."""
+    mine = [c for p in PRECISIONS for c in group(cells, study, scheme, p)]
+    return bool(mine) and all(c.bleu is not None and c.bleu < FAILED_BLEU for c in mine)
+
+
+def _both(values: dict[str, list[float]], digits: int) -> str:
+    return ", ".join(f"{PRECISIONS[p]} {_ms(v, digits)}" for p, v in values.items())
+
+
+def verdict_lines(cells: list[Cell]) -> tuple[list[str], str | None]:
+    """One line per scheme and reading, and the strongest verdict over the 6+6 readings (None
+    while cells are pending)."""
+    lines, labels = [], []
     for study in STUDIES:
         for scheme, name in SCHEMES.items():
-            for attribute, what, digits in (("bleu", "test2016 BLEU (beam 5)", 2),
-                                            ("best_val", "best validation loss", 3)):
+            for attribute, what, digits in READINGS:
                 c = compare(cells, study, scheme, attribute)
+                head = f"- {name} {DEPTH[study]}, {what}:"
                 if c["diff"] is None:
-                    lines.append(f"- {name} {DEPTH[study]}, {what}: pending.")
+                    lines.append(f"{head} pending.")
                     continue
                 where = "" if c["done"] else " (not every seed has run yet)"
-                if c["spread"] is None:
-                    lines.append(f"- {name} {DEPTH[study]}, {what}: bf16 minus fp32 "
-                                 f"{c['diff']:+.{digits}f}, one seed per precision, so no "
-                                 f"spread of its own{where}.")
-                    continue
-                moved = "**moves it**" if c["moves"] else "does not move it"
-                lines.append(f"- {name} {DEPTH[study]}, {what}: bf16 minus fp32 "
-                             f"{c['diff']:+.{digits}f} against a seeds' spread of "
-                             f"{c['spread']:.{digits}f}: bf16 {moved}{where}.")
+                numbers = f"bf16 minus fp32 {c['diff']:+.{digits}f} ({_both(c['values'], digits)})"
+                seeds = min(len(v) for v in c["values"].values())
+                if seeds < MIN_SEEDS:
+                    few = "one seed" if seeds == 1 else f"{seeds} seeds"
+                    line = (f"{head} {numbers}: {few} a precision can neither show nor rule out "
+                            f"a precision effect{where}.")
+                else:
+                    label = c["verdict"].label
+                    why = ("no test translations were kept, so no paired bootstrap: at most "
+                           "indicated" if attribute == "bleu" else
+                           "no per-sentence losses: the seeds' test alone")
+                    line = (f"{head} {numbers}: {'**' + label + '**' if label == SHOWN else label}"
+                            f" (Welch p = {c['welch']:.2f}; {why}){where}.")
+                if failed(cells, study, scheme):
+                    line += (f" {name} fails to train in both precisions (BLEU under "
+                             f"{FAILED_BLEU:.0f} in every cell), so no precision effect could be "
+                             "seen here at all.")
+                lines.append(line)
                 if study == "shallow":
-                    unmoved.append(None if not c["done"] else not c["moves"])
-    decided = None if (not unmoved or None in unmoved) else all(unmoved)
-    return lines, decided
+                    labels.append(c["verdict"].label if c["done"] else None)
+    if not labels or None in labels:
+        return lines, None
+    return lines, next((label for label in (SHOWN, INDICATED) if label in labels), NOT_SHOWN)
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -301,17 +334,27 @@ def benchmark_lines() -> list[str]:
 
 def render(cells: list[Cell]) -> str:
     expected = sum(len(SEEDS[s]) * len(SCHEMES) * len(PRECISIONS) for s in STUDIES)
-    verdicts, unmoved = verdict_lines(cells)
-    if unmoved is None:
+    verdicts, strongest = verdict_lines(cells)
+    fails = [(name, [f"{c.bleu:.2f}" for p in PRECISIONS for c in group(cells, "deep", scheme, p)])
+             for scheme, name in SCHEMES.items() if failed(cells, "deep", scheme)]
+    deep = ("The 6+6 verdict does not carry to 18+18: there, one seed a precision can neither "
+            "show nor rule out a precision effect"
+            + "".join(f", and {name} fails to train in both precisions (BLEU "
+                      f"{' and '.join(bleus)}), so for it no precision effect could be seen at all"
+                      for name, bleus in fails) + ".")
+    if strongest is None:
         conclusion = ("**Not decided yet**: the 6+6 cells of every seed have not all run. "
                       "Until they have, the depth study stays in float32.")
-    elif unmoved:
-        conclusion = ("**bf16-mixed moves no 6+6 reading by more than the seeds' spread**, so "
-                      "the depth study may run in bf16-mixed; its report names each cell's "
-                      "precision.")
+    elif strongest == NOT_SHOWN:
+        conclusion = ("**At 6+6, no reading is shown to move with the precision** (each "
+                      "*not shown*, three seeds a side): bf16-mixed changed nothing by more "
+                      "than three seeds can tell apart, which is not the same as changing "
+                      f"nothing. {deep} The depth study's report names each cell's precision, "
+                      "and its verdict never calls a difference between runs of different "
+                      "precisions shown.")
     else:
-        conclusion = ("**bf16-mixed moves at least one 6+6 reading by more than the seeds' "
-                      "spread**, so the depth study stays in float32.")
+        conclusion = (f"**At 6+6, a precision effect is {strongest} on at least one reading**, "
+                      f"so the depth study stays in float32. {deep}")
     signature = next((c.signature for c in cells if c.signature), "")
     plot = plot_losses(cells)
     lines = [
@@ -338,10 +381,14 @@ def render(cells: list[Cell]) -> str:
         f"Cells: {len(cells)} of {expected}." + (f" sacreBLEU: `{signature}`" if signature
                                                   else ""), "",
         "## Verdict", "",
-        "Rule: bf16 moves a reading where the difference of its mean over seeds from fp32's is "
-        "larger than the seeds' spread (the larger of the two standard deviations over "
-        "seeds). At 18+18 there is one seed per precision: the difference is shown, and read "
-        "against the 6+6 spread.", "",
+        "Rule ([`normzoo.sweep.significance`](../normzoo/sweep/significance.py)): a "
+        "precision effect is *shown* only with three seeds a side or more, Welch's t-test on "
+        "the per-seed values below 0.05 and, for BLEU, the paired bootstrap of the pooled "
+        "test translations below 0.05 too; otherwise it is at most *indicated*. These cells "
+        "kept no test translations, so no bootstrap could be run: a BLEU difference can be at "
+        "most indicated here, and the validation loss (no per-sentence values) is judged by "
+        "the seeds' test alone. At 18+18 there is one seed a precision, too few for any "
+        "verdict.", "",
         *verdicts, "", conclusion, "",
         "## Results", "",
         "### 6+6 layers (seeds 1-3; mean ± standard deviation over seeds)", "",
