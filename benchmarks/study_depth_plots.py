@@ -17,6 +17,7 @@ TITLES = {
     "ceiling": "6+6, warm-up 4,000: Post-LN and Pre-LN, three seeds",
     "stability": "18+18, warm-up 4,000: six schemes to 4,500 updates",
     "nowarmup": "18+18 without warm-up: Post-LN and Pre-LN at a constant 5e-4",
+    "nowarmup6": "6+6 without warm-up: Post-LN and Pre-LN at a constant 5e-4, three seeds",
 }
 DIAGNOSED = ("post", "pre", "deepnorm", "admin", "resi_dual", "subln")
 
@@ -29,15 +30,21 @@ def draw_all(cells: list[Any], plt: Any, folder: Path) -> dict[str, str]:
         if tier_cells:
             figures[f"Loss curves, {tier}"] = loss_curves(tier_cells, title, plt, folder,
                                                           f"loss_{tier}.png")
-    deep = [c for c in cells if c.tier == "stability" and c.diagnose]
+    deep = [c for c in cells if c.tier == "stability" and c.diagnose
+            and c.precision == "bf16-mixed" and c.seed == "1"]
+    pre = [c for c in cells if c.tier == "stability" and c.diagnose and c.scheme == "pre"
+           and c.precision == "bf16-mixed"]
+    if pre:
+        figures["Pre-LN 18+18 at the end: the stream's norm and the branches' own norms"] = \
+            stream_and_branches(pre, plt, folder)
     if deep:
-        figures["Gradient norm by layer, 18+18"] = by_layer(
+        figures["Gradient norm by layer, 18+18, seed 1"] = by_layer(
             deep, plt, folder, "grad_norm", "gradient norm of the layer's parameters",
             ("init", "final"), "grad_norm_by_layer.png")
-        figures["Stream norm by layer, 18+18, at the end"] = by_layer(
+        figures["Stream norm by layer, 18+18, seed 1, at the end"] = by_layer(
             deep, plt, folder, "stream_norm", "stream norm after the layer", ("final",),
             "stream_norm_by_layer.png")
-        figures["Feed-forward branch ratio by layer, 18+18, at the end"] = by_layer(
+        figures["Feed-forward branch ratio by layer, 18+18, seed 1, at the end"] = by_layer(
             deep, plt, folder, "ratio_ffn", "||f(x)|| / ||x||, feed-forward", ("final",),
             "branch_ratio_by_layer.png")
     return figures
@@ -95,6 +102,33 @@ def by_layer(cells: list[Any], plt: Any, folder: Path, metric: str, ylabel: str,
     fig.suptitle(f"{ylabel}, by layer (18+18, warm-up 4,000)")
     fig.tight_layout()
     return _save(fig, plt, folder, name)
+
+
+def stream_and_branches(cells: list[Any], plt: Any, folder: Path) -> str:
+    """Verdict 3's reading: by layer, the stream's norm after each layer and the
+    self-attention branch's own norm (its ratio times the norm of the stream entering it, the
+    previous layer's output: exact from layer 2 on), a line per seed."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for j, stack in enumerate(("encoder", "decoder")):
+        ax = axes[j]
+        for k, cell in enumerate(cells):
+            stream = cell.layer_metric("final", stack, "stream_norm")
+            ratio = cell.layer_metric("final", stack, "ratio_self_attn")
+            branch = [r * s for r, s in zip(ratio[1:], stream[:-1], strict=True)]
+            ax.plot(range(1, len(stream) + 1), stream, marker=".", color=f"C{k % 10}",
+                    label=f"stream, seed {cell.seed}")
+            ax.plot(range(2, len(branch) + 2), branch, "--", marker="x", ms=3,
+                    color=f"C{k % 10}", label=f"self-attention branch, seed {cell.seed}")
+        ax.set_title(f"{stack}, at the last checkpoint", fontsize=9)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("mean L2 norm per token")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    fig.suptitle("Pre-LN 18+18 (bf16-mixed): the stream grows; does the branch?")
+    fig.tight_layout()
+    return _save(fig, plt, folder, "stream_and_branch_norms.png")
 
 
 def _save(fig: Any, plt: Any, folder: Path, name: str) -> str:

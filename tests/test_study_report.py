@@ -1,13 +1,13 @@
 """``benchmarks/study_depth.py``: the depth study's report is built from the sweeps' files alone,
 renders while cells are missing, and decides each verdict by its stated rule: a difference is
-shown only where paired bootstrap on the test translations finds it significant and it exceeds
-the seeds' spread."""
+shown only with three seeds a side, Welch's t-test over the seeds and the paired bootstrap of the
+pooled translations both below 0.05, and one precision; with fewer seeds at most indicated."""
 
 from __future__ import annotations
 
 import csv
 import json
-import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import study_depth
+import study_depth_plan as plan
 
 WORDS = ["ein", "mann", "fährt", "mit", "dem", "fahrrad", "durch", "die", "stadt", "am", "abend"]
 REFERENCES = [" ".join(WORDS[i % 5:i % 5 + 6]) + f" {i}" for i in range(60)]
@@ -23,6 +24,7 @@ BAD = [" ".join(reversed(r.split()[:4])) for r in REFERENCES]  # one that scores
 # Two systems as good as each other, each better on half the sentences.
 EVEN = [good if i % 2 else bad for i, (good, bad) in enumerate(zip(GOOD, BAD, strict=True))]
 ODD = [bad if i % 2 else good for i, (good, bad) in enumerate(zip(GOOD, BAD, strict=True))]
+SPREAD = (("1", 0.2), ("2", -0.2), ("3", 0.0))  # three seeds, a small spread
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -32,32 +34,35 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def _sweep_folder(tier: str, scheme: str) -> str:
-    """The sweep that runs ``scheme`` in ``tier``, by its ``--set model.residual=...`` list."""
-    for sweep_tier, folder, args in study_depth.SWEEPS:
-        schemes = args.split("model.residual=")[1]
-        if sweep_tier == tier and re.search(rf"(?<![\w]){scheme}(?![\w])", schemes):
-            return folder
-    raise AssertionError(f"no sweep runs {scheme} in {tier}")
+def _folder(tier: str, scheme: str) -> str:
+    """The sweep folder under a clone's runs/ that holds ``scheme`` in ``tier``."""
+    if tier in ("ceiling", "nowarmup"):
+        return f"study-papers/{tier}-{scheme}"
+    for sweep_tier, folder, _, residual, *_ in plan.SEED_SWEEPS:
+        if sweep_tier == tier and scheme in residual:
+            return f"study-seeds/{folder}"
+    return f"study-seeds/{tier}-{scheme}"  # ResiDual and Sub-LN: not in the seed sweeps
 
 
 def _cell(root: Path, tier: str, scheme: str, seed: str, bleu: float, hyps: list[str],
-          times: tuple[float, ...] = (60.0, 120.0), stopped: str = "step cap") -> None:
+          times: tuple[float, ...] = (60.0, 120.0), stopped: str = "step cap",
+          precision: str = "bf16-mixed", averaged: dict | None = None) -> Path:
     """A finished cell as the sweep leaves it."""
     residual = "{name: admin, init: profiled}" if scheme == "admin" else scheme
-    name = f"seed-{seed}_residual-{scheme}" if tier == "ceiling" else f"residual-{scheme}"
-    folder = root / _sweep_folder(tier, scheme) / name
+    name = f"seed-{seed}_residual-{'admin-init-profiled' if scheme == 'admin' else scheme}"
+    folder = root / _folder(tier, scheme) / name
     (folder / "logs" / "csv").mkdir(parents=True)
-    record = {"cell": name, "model.residual": residual, "status": "ok", "diverged_at_step": "",
-              "steps": 4500, "stopped": stopped, "test_bleu": bleu}
-    if tier == "ceiling":
-        record["seed"] = seed
+    record = {"cell": name, "seed": seed, "model.residual": residual, "status": "ok",
+              "diverged_at_step": "", "steps": 4500, "stopped": stopped, "test_bleu": bleu}
     (folder / "cell.json").write_text(json.dumps(record))
     (folder / "summary.json").write_text(json.dumps({
         "status": "completed", "steps": 4500, "stopped": stopped,
+        "best_checkpoint": "checkpoints/best-4500.ckpt",
+        "machine": {"cpu": "AMD EPYC (family 25, model 17)", "device": "cpu"},
         "test": {"bleu": bleu, "greedy_bleu": bleu - 1, "signature": "nrefs:1|test",
-                 "averaged": {"requested": 5, "bleu": bleu + 0.5}}}))
-    (folder / "recipe.yaml").write_text("trainer:\n  precision: bf16-mixed\n")
+                 "averaged": averaged or {"requested": 5, "rule": "from the best on",
+                                          "skipped": "still improving at its end"}}}))
+    (folder / "recipe.yaml").write_text(f"seed: {seed}\ntrainer:\n  precision: {precision}\n")
     (folder / "hyps.test2016.txt").write_text("\n".join(hyps) + "\n")
     steps = [50 * (i + 1) for i in range(len(times))]
     _write_csv(folder / "logs" / "csv" / "metrics.csv",
@@ -67,17 +72,20 @@ def _cell(root: Path, tier: str, scheme: str, seed: str, bleu: float, hyps: list
     rows = []
     for when in ("init", "final"):
         for stack in ("encoder", "decoder"):
-            for layer, (g, s, b) in enumerate(zip((1.0, 8.0) if post else (1.0, 1.5),
-                                                  (10.0, 40.0), (0.8, 0.1), strict=True)):
+            grads = (1.0, 3.0, 8.0) if post else (1.0, 1.2, 1.5)
+            for layer, (g, s, r) in enumerate(zip(grads, (10.0, 20.0, 40.0), (0.8, 0.2, 0.1),
+                                                  strict=True)):
                 rows.append({"when": when, "stack": stack, "layer": layer, "grad_norm": g,
-                             "stream_norm": s, "layer_cosine": 0.9, "ratio_self_attn": b,
-                             "ratio_cross_attn": "", "ratio_ffn": b})
+                             "stream_norm": s, "layer_cosine": 0.9, "ratio_self_attn": r,
+                             "ratio_cross_attn": "", "ratio_ffn": r})
     _write_csv(folder / "diagnose.csv", rows)
+    return folder
 
 
-def _sweeps(root: Path, cells: dict[tuple[str, str, str], tuple[float, list[str]]]) -> Path:
-    for (tier, scheme, seed), (bleu, hyps) in cells.items():
-        _cell(root, tier, scheme, seed, bleu, hyps)
+def _sweeps(root: Path, cells: dict) -> Path:
+    for (tier, scheme, seed), value in cells.items():
+        bleu, hyps, *precision = value
+        _cell(root, tier, scheme, seed, bleu, hyps, precision=(precision or ["bf16-mixed"])[0])
     return root
 
 
@@ -90,8 +98,8 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     references.write_text("\n".join(REFERENCES) + "\n")
 
     def build(cells: dict, render_only: bool = False, refs: bool = True) -> str:
-        sweeps = _sweeps(tmp_path / "runs", cells)
-        args = ["--render-only"] if render_only else [str(sweeps)]
+        runs = _sweeps(tmp_path / "runs", cells)
+        args = ["--render-only"] if render_only else [str(runs)]
         args += ["--references", str(references if refs else tmp_path / "missing")]
         assert study_depth.main(args) == 0
         return study_depth.REPORT.read_text(encoding="utf-8")
@@ -99,77 +107,104 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return build
 
 
-# Post-LN ahead at 6+6 over three seeds; deep Post-LN failing; DeepNorm and Pre-LN training.
+def _three(tier: str, scheme: str, bleu: float, hyps: list[str], precision: str = "bf16-mixed"):
+    return {(tier, scheme, s): (bleu + d, hyps, precision) for s, d in SPREAD}
+
+
+# Post-LN ahead at 6+6; deep Post-LN failing; the fixes training; the no-warm-up controls.
 FULL = {
-    **{("ceiling", "post", s): (31.0 + d, GOOD) for s, d in (("1", 0.2), ("2", -0.2), ("3", 0))},
-    **{("ceiling", "pre", s): (28.0 + d, BAD) for s, d in (("1", 0.3), ("2", -0.3), ("3", 0))},
-    ("stability", "post", "1"): (1.0, BAD), ("stability", "pre", "1"): (27.0, GOOD),
-    ("stability", "deepnorm", "1"): (28.0, GOOD), ("stability", "admin", "1"): (28.5, GOOD),
-    ("stability", "resi_dual", "1"): (27.5, GOOD), ("stability", "subln", "1"): (27.2, GOOD),
-    ("nowarmup", "post", "1"): (0.5, BAD), ("nowarmup", "pre", "1"): (20.0, GOOD),
+    **_three("ceiling", "post", 31.0, GOOD), **_three("ceiling", "pre", 28.0, BAD),
+    **_three("stability", "post", 1.0, BAD), **_three("stability", "pre", 27.0, GOOD),
+    **_three("stability", "deepnorm", 28.0, GOOD), **_three("stability", "admin", 28.5, GOOD),
+    **_three("nowarmup6", "post", 0.5, BAD), **_three("nowarmup6", "pre", 20.0, GOOD),
+    ("nowarmup", "post", "1"): (0.5, BAD, "32-true"),
+    ("nowarmup", "pre", "1"): (20.0, GOOD, "32-true"),
 }
 
 
 def test_every_claim_gets_its_verdict_from_the_numbers(report):
     text = report(FULL)
-    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
-    assert "last/first layer gradient norm 8.00 (Post-LN) vs 1.50 (Pre-LN)" in text
-    assert "### 2. Without warm-up, deep Post-LN fails while Pre-LN trains: **shown**" in text
-    assert "### 3. Pre-LN's stream grows and its deep layers' branches shrink: **shown**" in text
-    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **shown**" in text
-    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **shown**" in text
-    # the comparison's numbers: means, seeds, difference, p-value, the spread it beat
-    assert "Post-LN 31.00 vs Pre-LN 28.00 (3 seeds): +3.00 BLEU, p = 0.0" in text
-    assert "seeds' spread 0.30 (these settings' seeds)" in text
-    # a one-seed comparison is held to the 6+6 seeds' spread
-    assert "DeepNorm 28.00 vs Post-LN 1.00 (one seed): +27.00 BLEU" in text
-    assert "(the 6+6 seeds)" in text
-    # every cell's row: precision, updates, why it stopped, both test scores
-    assert ("| Post-LN | 2 | bf16-mixed, CPU | 4500 | step cap | 4.900 | 30.80 | 31.30 | 29.80 |"
+    for claim in ("1. Post-LN's gradients grow toward the output at initialisation",
+                  "2. Without warm-up, Post-LN fails at a depth where it trains with warm-up, "
+                  "while Pre-LN trains",
+                  "3. Pre-LN's stream grows with depth; its branches do not keep up",
+                  "4. DeepNorm trains deep Post-LN where plain Post-LN fails",
+                  "5. At 6+6, Post-LN ends higher than Pre-LN"):
+        assert f"### {claim}: **shown**" in text
+    assert "Post-LN 8.00, 8.00, 8.00 vs Pre-LN 1.50, 1.50, 1.50" in text
+    # the comparison's numbers: means ± sd over seeds, difference, both tests
+    assert "Post-LN 31.00 ± 0.20 (3 seeds) vs Pre-LN 28.00 ± 0.20 (3 seeds): +3.00 BLEU, " \
+           "**shown** (both tests below 0.05" in text
+    assert "seeds: Welch p = " in text and "sentences: paired bootstrap p = 0.0010" in text
+    # verdict 3 from the branch's own norm (0.1 x 20 over 0.2 x 10: flat) beside the stream (4x)
+    assert "stream norm last/first layer 4.00, 4.00, 4.00; self-attention branch norm " \
+           "last/second layer 1.00, 1.00, 1.00" in text
+    assert "with the 4,000-update warm-up Post-LN 6+6 scores 31.00 ± 0.20 (3 seeds)" in text
+    # the 18+18 no-warm-up pair: one seed, 32-true: indicated at most
+    assert "At 18+18 (32-true;" in text and "+19.50 BLEU, **indicated** (one seed a side" in text
+    assert ("| Post-LN | 2 | bf16-mixed, CPU (AMD EPYC (family 25, model 17)) | 4500 | step cap "
+            "| 4.900 | 30.80 | – (still improving at its end: nothing to average) | 29.80 |"
             in text)
-    assert "ceiling 6 of 6, stability 6 of 6, nowarmup 2 of 2" in text
     assert "| 18 layers | DeepNet (Wang et al. 2022) | diverged | – | – | 28.8 |" in text
-    assert "| 6+6 | normzoo" in text and "31.00 ± 0.20 | 28.00 ± 0.30 |" in text
-    for plot in ("loss_ceiling", "loss_stability", "loss_nowarmup", "grad_norm_by_layer",
-                 "stream_norm_by_layer", "branch_ratio_by_layer"):
+    assert "| 31.00 ± 0.20 (3) | 28.00 ± 0.20 (3) |" in text
+    assert "| DeepNorm | 1: 28.20 (CPU), 2: 27.80 (CPU), 3: 28.00 (CPU) | 28.00 ± 0.20 (3) |" \
+           in text
+    for plot in ("loss_ceiling", "loss_stability", "loss_nowarmup", "loss_nowarmup6",
+                 "grad_norm_by_layer", "stream_norm_by_layer", "branch_ratio_by_layer",
+                 "stream_and_branch_norms"):
         assert f"](study-depth/{plot}.png)" in text
         assert (study_depth.FIGURES / f"{plot}.png").stat().st_size > 5000
 
 
+def test_one_seed_a_side_is_at_most_indicated(report):
+    one = {k: v for k, v in FULL.items() if k[0] != "stability" or k[2] == "1"}
+    text = report(one)
+    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **indicated**" in text
+    assert "DeepNorm 28.20 (one seed) vs Post-LN 1.20 (one seed): +27.00 BLEU, **indicated** " \
+           "(one seed a side" in text
+    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **indicated**" \
+        in text
+
+
 def test_a_difference_inside_the_noise_is_not_shown(report):
-    """Post-LN ahead in mean BLEU, but sentence by sentence no better than Pre-LN: p is large
-    and nothing is shown. Post-LN training at depth makes claim 4 not hold even though
-    DeepNorm's lead there is significant."""
-    cells = {**FULL,
-             **{("ceiling", "post", s): (29.0, EVEN) for s in ("1", "2", "3")},
-             **{("ceiling", "pre", s): (28.0, ODD) for s in ("1", "2", "3")},
-             ("stability", "post", "1"): (26.0, BAD)}
+    """Post-LN ahead in mean BLEU, but sentence by sentence no better than Pre-LN: the
+    bootstrap's p is large and nothing is shown, though the seeds alone differ."""
+    cells = {**FULL, **_three("ceiling", "post", 29.0, EVEN),
+             **_three("ceiling", "pre", 28.0, ODD)}
     text = report(cells)
-    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown: no difference beyond " \
-           "the noise**" in text
-    assert "Post-LN 29.00 vs Pre-LN 28.00 (3 seeds): +1.00 BLEU, p = 0.4086" in text
-    assert ("### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not shown: Post-LN "
-            "trains too (more than half of DeepNorm's BLEU), though significantly lower**"
-            ) in text
+    assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown: a difference of " \
+           "+1.00 is indicated only**" in text
+    assert "the seeds differ, but not beyond the test set's noise" in text
 
 
 def test_a_difference_within_the_seeds_spread_is_not_shown(report):
-    """Significant on the pooled translations, but smaller than how far the seeds disagree."""
+    """Significant on the pooled translations, but the seeds disagree more than the settings."""
     cells = {**FULL,
              **{("ceiling", "post", s): (28.0 + d, GOOD) for s, d in (("1", 2), ("2", -2),
                                                                       ("3", 0.6))},
-             **{("ceiling", "pre", s): (28.0, BAD) for s in ("1", "2", "3")}}
+             **_three("ceiling", "pre", 28.0, BAD)}
     text = report(cells)
-    assert "Post-LN 28.20 vs Pre-LN 28.00 (3 seeds): +0.20 BLEU, p = 0.0010" in text
+    assert "Post-LN 28.20 ± 2.03 (3 seeds) vs Pre-LN 28.00 ± 0.20 (3 seeds): +0.20 BLEU, " \
+           "**indicated** (significant over these sentences, but the seeds' spread could give " \
+           "it" in text
     assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown" in text
 
 
 def test_pre_ln_significantly_ahead_is_reported_as_the_opposite(report):
-    cells = {**FULL, **{("ceiling", "post", s): (25.0, BAD) for s in ("1", "2", "3")},
-             **{("ceiling", "pre", s): (28.0, GOOD) for s in ("1", "2", "3")}}
+    cells = {**FULL, **_three("ceiling", "post", 25.0, BAD),
+             **_three("ceiling", "pre", 28.0, GOOD)}
     text = report(cells)
     assert "Post-LN ends higher than Pre-LN: **the opposite is shown (Pre-LN ends higher)**" \
         in text
+
+
+def test_cells_of_another_precision_are_reported_but_not_compared(report):
+    cells = {**FULL, **_three("stability", "deepnorm", 28.0, GOOD, precision="32-true")}
+    text = report(cells)
+    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not yet measured**" \
+        in text
+    assert "| DeepNorm | 1 | 32-true, CPU (AMD EPYC (family 25, model 17)) | 4500 | step cap; " \
+           "not compared: another precision than the tier's |" in text
 
 
 def test_without_references_nothing_is_shown(report):
@@ -184,9 +219,10 @@ def test_the_report_renders_while_cells_are_missing_and_from_its_data_alone(repo
     partial = {key: value for key, value in FULL.items() if key[0] == "ceiling"
                and key[2] == "1"}
     text = report(partial)
-    assert "ceiling 2 of 6, stability 0 of 6, nowarmup 0 of 2" in text
+    assert "Cells so far: ceiling 2, stability 0, nowarmup 0, nowarmup6 0" in text
     assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **not yet measured**" \
         in text
+    assert "6+6 without warm-up: cells still to run" in text
     assert report({}, render_only=True) == text
 
 
@@ -194,97 +230,75 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
     """ThroughputMonitor's train/time restarts at a resume: the earlier process's time is
     added and the row says the cell was resumed."""
     _cell(tmp_path / "runs", "nowarmup", "post", "1", 0.5, BAD,
-          times=(120.0, 240.0, 130.0, 250.0))
+          times=(120.0, 240.0, 130.0, 250.0), precision="32-true")
     text = report({key: value for key, value in FULL.items() if key != ("nowarmup", "post", "1")})
     # 240 s before the kill + 250 s after = 8.2 min
-    assert "| Post-LN | 1 | bf16-mixed, CPU | 4500 | step cap (resumed 1x) |" in text
-    assert "| 0.50 | 1.00 | -0.50 | 8.2 |" in text
+    assert "| Post-LN | 1 | 32-true, CPU (AMD EPYC (family 25, model 17)) | 4500 | step cap " \
+           "(resumed 1x) |" in text
+    assert "| -0.50 | 8.2 |" in text
 
 
-def test_the_two_slots_run_every_sweep_once(capsys: pytest.CaptureFixture[str]) -> None:
-    """study_depth.sh runs what ``--commands a`` and ``--commands b`` print: together, every
-    sweep once, half in each slot, in the order of SWEEPS (the verdicts' cells first), and no
-    two sweeps share an output folder (two processes would train the same cell)."""
-    printed = []
+def test_the_averaged_checkpoint_is_reported_only_where_it_averages_the_converged_stretch():
+    average = study_depth._averaged
+    converged = {"rule": "...", "bleu": 30.5, "checkpoints": ["step-3000.ckpt"]}
+    assert average(converged, "best-2500.ckpt") == (30.5, "")
+    assert average({"rule": "...", "skipped": "still improving"}, None)[0] is None
+    # Before the papers' averaging: the newest five, whatever the best. An early-stopped run's
+    # five start at its best (the converged stretch); a capped run's precede its best.
+    old = {"requested": 5, "bleu": 0.0, "checkpoints": [f"step-{s}.ckpt" for s in
+                                                         (1500, 2000, 2500, 3000, 3500)]}
+    assert average(old, "/x/best-1500.ckpt") == (0.0, "")
+    bleu, note = average(old, "/x/best-3500.ckpt")
+    assert bleu is None and "mid-schedule" in note
+
+
+def test_the_slots_run_every_pending_cell_once(report, capsys: pytest.CaptureFixture[str]):
+    """study_depth.sh runs what ``--commands a`` and ``--commands b`` print: every seed sweep's
+    cells not yet collected, once, each slot's in order; a collected cell drops out."""
+    cells = [(folder, seed) for _, folder, _, _, seeds, _, _ in plan.SEED_SWEEPS
+             for seed in seeds]
+    assert len(set(cells)) == len(cells)  # no cell in two sweeps: two processes would train it
+    assert {tier for tier, *_ in plan.SEED_SWEEPS} == {"stability", "nowarmup6"}
     for slot in "ab":
         assert study_depth.main(["--commands", slot]) == 0
         lines = capsys.readouterr().out.splitlines()
-        assert lines == study_depth.COMMANDS["ab".index(slot)::2]
-        assert len(lines) == len(study_depth.SWEEPS) // 2
-        printed += lines
-    assert sorted(printed) == sorted(study_depth.COMMANDS)
-    folders = [folder for _, folder, _ in study_depth.SWEEPS]
-    assert len(set(folders)) == len(folders)
-    assert {tier for tier, _, _ in study_depth.SWEEPS} == set(study_depth.TIERS)
-    assert all(line.startswith("OMP_NUM_THREADS=1 normzoo sweep ") for line in printed)
+        assert lines and all(line.startswith("OMP_NUM_THREADS=1 normzoo sweep ") for line in lines)
+    report({("stability", "pre", "2"): (27.0, GOOD)})
+    assert study_depth.main(["--commands", "a"]) == 0
+    pre = [line for line in capsys.readouterr().out.splitlines() if "residual=pre " in line
+           and "stability-pre" in line]
+    assert pre and all("--set seed=3 " in line for line in pre)
+    assert study_depth.main(["--gpu-lanes"]) == 0
+    lanes = capsys.readouterr().out.splitlines()
+    assert "stability-pre-2|" not in "\n".join(lanes) and any(
+        lane.startswith("stability-pre-3|" + plan.STABLE_ARGS) for lane in lanes)
 
 
-def test_the_gradients_at_initialisation_are_read_from_the_no_warm_up_pair_until_the_deep_pair_ran(
-        report) -> None:
-    """Verdict 1 is a measurement of the initialisation, the same for both 18+18 tiers."""
-    text = report({("nowarmup", "post", "1"): (0.5, BAD), ("nowarmup", "pre", "1"): (20.0, GOOD)},
-                  render_only=False)
-    assert "### 1. Post-LN's gradients grow toward the output at initialisation: **shown**" in text
-    assert "measured in the no-warm-up cells" in text
-    assert "### 3. Pre-LN's stream grows and its deep layers' branches shrink: **not yet" in text
+def _gpu_lane(root: Path, lane: str, scheme: str, seed: str, finished: bool, gpu: bool = True):
+    """What ``study_depth_gpu.sh`` returns for one lane, unpacked: the sweep's folder with the
+    cell (its cell.json only where it finished its final test) and the lane's log."""
+    (root / lane).mkdir(parents=True)
+    cell = _cell(root / "made", "stability", scheme, seed, 27.0, GOOD).rename(
+        root / lane / f"seed-{seed}_residual-{scheme}")
+    shutil.rmtree(root / "made")
+    summary = json.loads((cell / "summary.json").read_text())
+    summary["machine"] = {"device": "cuda", "gpu": "NVIDIA H200"} if gpu else {"device": "cpu"}
+    (cell / "summary.json").write_text(json.dumps(summary))
+    if not finished:
+        (cell / "cell.json").unlink()
+    (root / f"{lane}.log").write_text("GPU 0: NVIDIA H200\nGPU available: True (cuda), used: "
+                                      "True\n" if gpu else "GPU available: False\n")
 
 
-def test_the_gpu_script_runs_the_stability_tiers_cells_as_the_study_does():
-    # benchmarks/study_depth_gpu.sh repeats the tier's arguments (it runs on a machine with
-    # the study's wheel alone); a change to one must reach the other.
-    script = (Path(study_depth.__file__).parent / "study_depth_gpu.sh").read_text()
-    stable = re.search(r'^STABLE="([^"]+)"', script, re.MULTILINE)
-    assert stable and stable.group(1) == study_depth._STABLE
-    stability = [args for tier, _, args in study_depth.SWEEPS if tier == "stability"]
-    assert stability and all(args.startswith(study_depth._STABLE) and "--diagnose" in args
-                             for args in stability)
-    assert "--diagnose" in script and "--jobs" not in script.split("set -u", 1)[1]
-
-
-def _gpu_tarball(root: Path, scheme: str, steps: int, gpu: bool = True,
-                 finished: bool = False) -> None:
-    """What ``study_depth_gpu.sh`` returns for one cell, unpacked: the sweep's folder with the
-    cell's recipe and metrics (no cell.json when the device's time ran out before the final
-    test) and the sweep's log."""
-    cell = root / f"gpu-{scheme}" / f"residual-{scheme}"
-    (cell / "logs" / "csv").mkdir(parents=True)
-    (cell / "recipe.yaml").write_text(f"model:\n  residual:\n    name: {scheme}\ntrainer:\n"
-                                      "  precision: bf16-mixed\n  max_steps: 4500\n")
-    _write_csv(cell / "logs" / "csv" / "metrics.csv",
-               [{"step": s - 1, "train/loss": 9.0 - s / 1000, "val/loss": 6.0 - s / 1000,
-                 "train/time": s / 10} for s in range(500, steps + 1, 500)])
-    if finished:
-        (cell / "cell.json").write_text(json.dumps({"cell": cell.name, "model.residual": scheme,
-                                                    "status": "ok", "steps": steps}))
-    (root / f"gpu-{scheme}.log").write_text(
-        "GPU available: True (cuda), used: True\n" if gpu else "GPU available: False\n")
-
-
-def test_cells_trained_on_a_lent_gpu_but_not_scored_are_reported_by_their_losses(
-        report, tmp_path: Path) -> None:
-    """A GPU cell cut off before its final test has its losses in the report, marked as run on
-    the GPU and not scored; no verdict reads it, and the CPU's hours leave its time out."""
-    tarballs = tmp_path / "gpu"
-    _gpu_tarball(tarballs, "resi_dual", 4500)
-    _gpu_tarball(tarballs, "subln", 4000, gpu=False)
-    partial = {key: value for key, value in FULL.items()
-               if key[0] != "stability" or key[1] in ("post", "pre", "deepnorm")}
-    study_depth.main(["--gpu", str(tarballs), "--references", str(tmp_path / "missing"),
-                      str(tmp_path / "empty")])
-    text = report(partial)
-    row = "| ResiDual | 1 | bf16-mixed, GPU | 4500 | step cap reached (trainer.max_steps=4500); " \
-          "not scored"
-    assert row in text
-    # a log without Lightning's GPU line is not taken for a GPU run; 4,000 updates is no cap
-    assert "| Sub-LN | 1 | bf16-mixed, CPU | 4000 | not scored" in text
-    assert "| ResiDual | bf16-mixed, GPU | 1.500 | – | – | – |" in text  # fixes: val loss only
-    assert "**Test BLEU of ResiDual and Sub-LN at 18+18.**" in text
-    assert "1 cell on the GPU, 8 min of training" in text
-    assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **shown**" in text
-    # a later, scored run of the same cell is never overwritten by an unscored one
-    scored = study_depth.DATA / "stability" / "residual-resi_dual"
-    (scored / "cell.json").write_text(json.dumps({"model.residual": "resi_dual", "status": "ok",
-                                                  "steps": 4500}))
-    (scored / "loss.csv").write_text("kept")
-    assert study_depth.collect_gpu(tarballs, study_depth.DATA / "stability") == 1
-    assert (scored / "loss.csv").read_text() == "kept"
+def test_cells_trained_on_a_lent_gpu_are_collected_with_their_device(report, tmp_path: Path):
+    gpu = tmp_path / "gpu"
+    _gpu_lane(gpu, "stability-pre-1", "pre", "1", finished=True)
+    _gpu_lane(gpu, "stability-pre-2", "pre", "2", finished=False)  # cut off: not collected
+    study_depth.DATA.mkdir(parents=True)
+    assert study_depth.collect_gpu(gpu, study_depth.DATA / "stability") == 1
+    kept = study_depth.DATA / "stability" / "seed-1_residual-pre"
+    assert "NVIDIA H200" in (kept / "sweep.log").read_text()
+    text = report({k: v for k, v in FULL.items() if k[:2] != ("stability", "pre")})
+    assert "| Pre-LN | 1 | bf16-mixed, GPU (NVIDIA H200) | 4500 |" in text
+    assert "| Pre-LN (baseline) | 1: 27.00 (GPU) | 27.00 (1) |" in text
+    assert "1 cells on the GPU" in text
