@@ -269,5 +269,5 @@ def test_init_profiling_and_diagnostics_read_the_same_under_bf16(tmp_path: Path,
     for key in grads:
         assert diag16[key] == pytest.approx(diag32[key], rel=0.05, abs=1e-4), key
     if residual["name"] == "admin":
-        omega32, omega16 = saved32["normzoo"]["admin_omega"], saved16["normzoo"]["admin_omega"]
+        omega32, omega16 = saved32["normzoo"]["data_init"], saved16["normzoo"]["data_init"]
         assert omega32 == omega16

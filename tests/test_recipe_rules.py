@@ -43,8 +43,9 @@ CROSS_FIELD_RULES = {
     "the floor below the peak": (["optim.min_lr=0.01"], "optim.min_lr",
                                  "above the peak learning rate"),
     "admin profiling without fsdp": (["trainer.strategy=fsdp", "model.residual=admin",
-                                      "model.residual.init=profiled"], "model.residual.init",
-                                     "not supported with trainer.strategy=fsdp"),
+                                      "model.residual.init=profiled"], "model.residual",
+                                     "init 'profiled' is not supported with "
+                                     "trainer.strategy=fsdp"),
     "no batch statistics in a causal decoder": (["model.norm=batchnorm"], "model.norm",
                                                 "cannot be used in a causal decoder"),
     "a stream norm that can stand on the stream": (["model.norm=dyt", "model.residual=post"],

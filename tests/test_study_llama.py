@@ -1,6 +1,7 @@
 """``benchmarks/study_llama.py``: the schemes-in-a-Llama report is built from the sweeps' files
-alone, renders while cells are missing, and calls a scheme better or worse than Pre-LN only
-beyond twice the seeds' spread."""
+alone, renders while cells are missing, keeps the cells already collected when a later sweep
+adds seeds, and judges each scheme against Pre-LN by the seed-aware verdict: shown only with
+three seeds a side and Welch's t-test below 0.05, at most indicated with two."""
 
 from __future__ import annotations
 
@@ -59,24 +60,66 @@ def _row(text: str, section: str, label: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 
 
-def test_verdicts_follow_the_spread_rule_and_missing_cells_are_pending(report):
+def test_verdicts_are_seed_aware_and_missing_cells_are_pending(report):
     text = report({
-        ("builtin", "pre", "1"): 3.00, ("builtin", "pre", "2"): 3.02,
-        ("builtin", "peri", "1"): 2.80, ("builtin", "peri", "2"): 2.82,  # far beyond
-        ("builtin", "mixln", "1"): 3.00, ("builtin", "mixln", "2"): 3.04,  # within
-        ("builtin", "deepnorm", "1"): 3.03, ("builtin", "deepnorm", "2"): 3.03,  # 1.4 sd: within
+        **{("builtin", "pre", seed): loss for seed, loss in (("1", 3.00), ("2", 3.02),
+                                                              ("3", 3.01))},
+        # Clearly lower over three seeds: shown.
+        **{("builtin", "peri", seed): loss for seed, loss in (("1", 2.80), ("2", 2.82),
+                                                               ("3", 2.81))},
+        # Overlapping Pre-LN's seeds: not shown.
+        **{("builtin", "mixln", seed): loss for seed, loss in (("1", 2.99), ("2", 3.03),
+                                                                ("3", 3.02))},
+        # Clearly higher, but over two seeds: indicated, not shown.
+        ("builtin", "deepnorm", "1"): 3.50, ("builtin", "deepnorm", "2"): 3.52,
     })
-    assert _row(text, "builtin", "Peri-LN")[4:6] == ["-0.200", "better"]
-    assert _row(text, "builtin", "Mix-LN")[5] == "within the seeds' spread"
-    assert _row(text, "builtin", "DeepNorm")[5] == "within the seeds' spread"  # not 2 sd
+    peri = _row(text, "builtin", "Peri-LN")
+    assert peri[4] == "-0.200" and peri[5].startswith("lower test loss: **shown** (Welch p = ")
+    assert float(peri[5].split("p = ")[1].rstrip(")")) < 0.05
+    assert _row(text, "builtin", "Mix-LN")[5].startswith("higher test loss: not shown")
+    deepnorm = _row(text, "builtin", "DeepNorm")
+    assert deepnorm[1] == "2" and deepnorm[5].startswith("higher test loss: indicated")
+    assert "- DeepNorm against Pre-LN, higher test loss: indicated: 2 seeds a side" in text
+    assert "no per-sentence scores" in text  # the seeds' test decides alone, and says so
+    for word in ("better", "worse", "spread rule"):
+        assert word not in text.split("## builtin")[1]
     pre = _row(text, "builtin", "Pre-LN")
-    assert pre[1] == "2" and pre[2] == "3.010 ± 0.014" and pre[7] == "3.00 ± 0.00"  # 3/1
+    assert pre[1] == "3" and pre[2] == "3.010 ± 0.010" and pre[7] == "3.00 ± 0.00"  # 3/1
     assert pre[8] == "4.00 ± 0.00" and pre[9] == "800, step cap" and pre[10] == "2.0 ± 0.0"
-    assert pre[6] == "–"  # no train loss logged in these files
+    assert pre[5] == "–" and pre[6] == "–"  # no verdict on itself; no train loss logged here
     assert _row(text, "multi30k-de", "Pre-LN")[2] == "pending"
-    assert "Cells: 8 of 16" in text
+    assert "Cells: 11 of 24" in text
     assert _row(text, "multi30k-de", "Mix-LN")[2] == "pending"
     assert (study_llama.FIGURES / "val_loss_builtin.png").stat().st_size > 5000
+
+
+def test_two_seeds_a_side_are_at_most_indicated():
+    assert study_llama.verdict([3.00, 3.01], [2.50, 2.51])[0].startswith(
+        "lower test loss: indicated")
+    assert study_llama.verdict([3.00, 3.01, 3.02], [2.50, 2.51, 2.52])[0].startswith(
+        "lower test loss: **shown**")
+    assert study_llama.verdict([3.00, 3.10, 3.05], [3.02, 3.08, 3.04])[0].startswith(
+        "lower test loss: not shown")
+
+
+def test_the_report_prints_each_sweep_that_ran():
+    text = study_llama.render([])
+    for dataset in study_llama.DATASETS:
+        assert f"--set seed=1,2 --set model.residual=pre,peri,mixln,deepnorm --diagnose " \
+               f"--out runs/study-llama/{dataset}" in text
+        assert f"--set seed=3 --set model.residual=pre,peri,mixln,deepnorm --diagnose " \
+               f"--out runs/study-llama/{dataset}" in text
+    assert "seed 3, added on 2026-11-26 from a fresh clone at the same commit" in text
+    assert "{seeds}" not in text
+
+
+def test_a_later_seed_is_collected_beside_the_cells_already_there(report, tmp_path: Path):
+    report({("builtin", "pre", "1"): 3.0, ("builtin", "pre", "2"): 3.1})
+    later = tmp_path / "later"
+    _cell(later, "builtin", "pre", "3", 3.2)
+    assert study_llama.main([str(later)]) == 0
+    text = study_llama.REPORT.read_text(encoding="utf-8")
+    assert _row(text, "builtin", "Pre-LN")[1:3] == ["3", "3.100 ± 0.100"]
 
 
 def test_the_report_renders_from_the_committed_files_alone(report):
@@ -84,4 +127,5 @@ def test_the_report_renders_from_the_committed_files_alone(report):
     first = study_llama.REPORT.read_text(encoding="utf-8")
     assert study_llama.main(["--render-only"]) == 0
     assert study_llama.REPORT.read_text(encoding="utf-8") == first
-    assert _row(first, "builtin", "DeepNorm")[5] == "worse"  # one seed each: no spread
+    # One seed a side: Welch's test has no spread to test against, so nothing is shown.
+    assert _row(first, "builtin", "DeepNorm")[5] == "higher test loss: not shown (Welch p = –)"

@@ -357,7 +357,7 @@ def test_admin_profiled_at_the_start_of_training_and_not_on_resume(
     assert len(expected) == 2 * 2 and expected[0] == 1.0 and min(expected[1:]) > 1.0
     assert recorded == pytest.approx(expected, rel=1e-5)
     saved = torch.load(last, map_location="cpu", weights_only=True)
-    assert saved["normzoo"]["admin_omega"] == {"decoder": pytest.approx(expected, rel=1e-5)}
+    assert saved["normzoo"]["data_init"] == {"decoder": pytest.approx(expected, rel=1e-5)}
     omegas = [v for k, v in saved["state_dict"].items() if k.endswith(".omega")]
     assert len(omegas) == 4 and all(not torch.allclose(w, torch.ones_like(w)) for w in omegas)
 
@@ -392,7 +392,7 @@ def test_admin_profile_takes_rank_zero_values_and_leaves_the_generators(text_dir
     task._trainer = SimpleNamespace(world_size=2, strategy=SimpleNamespace(broadcast=broadcast))
     task.train()
     before = torch.random.get_rng_state()
-    assert task.profile_admin(batch) == rank0
+    assert task.data_init(batch) == rank0
     assert torch.equal(torch.random.get_rng_state(), before)
     (own, src), = sent
     assert src == 0 and own["decoder"] != rank0["decoder"]  # its own batch's values were sent
@@ -406,5 +406,5 @@ def test_admin_profiled_is_refused_under_fsdp():
     with pytest.raises(ConfigError) as caught:
         from_dict({"task": "translation", "trainer": {"strategy": "fsdp"},
                    "model": {"residual": {"name": "admin", "init": "profiled"}}})
-    assert [p.path for p in caught.value.problems] == ["model.residual.init"]
+    assert [p.path for p in caught.value.problems] == ["model.residual"]
     assert "fsdp" in str(caught.value)

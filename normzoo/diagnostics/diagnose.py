@@ -81,8 +81,8 @@ def measure(variant: Variant, tokenizer, batch: dict) -> Measurements:
                                            tokenizer.to_str())
     if variant.state_dict is not None:
         task.load_state_dict(variant.state_dict)
-    elif task._unprofiled_admin():  # Admin ``init: profiled`` at init: as training would
-        task.profile_admin(batch)
+    elif task.model.scheme.needs_data_init(task.model):  # e.g. Admin ``init: profiled``,
+        task.data_init(batch)  # set from the batch at init, as training would
     model = task.model.eval()  # no dropout: the measurement is of the weights, not the noise
     with probe(model) as found:
         loss = task.loss_terms(batch).mean

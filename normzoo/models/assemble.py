@@ -80,4 +80,5 @@ def assemble(
     else:
         model = Seq2SeqModel(config, stacks["encoder"], stacks["decoder"])
     model.plugins = registry.plugin_provenance(config.norm.name, config.residual.name)
+    model.scheme = scheme
     return model

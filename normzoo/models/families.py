@@ -14,6 +14,7 @@ from normzoo.models.stacks import DecoderStack, EncoderStack
 from normzoo.nn.attention import KVCache
 from normzoo.nn.embeddings import Embeddings
 from normzoo.nn.padding import padding_mask_context
+from normzoo.residual.base import ResidualScheme
 
 
 class OutputProjection(nn.Module):
@@ -39,6 +40,9 @@ class TransformerModel(nn.Module):
         self.config = config
         self.pad_id = config.pad_id
         self.plugins: list[dict[str, str]] = []
+        # The residual scheme's class (set by assemble): the task calls its model-wide hooks
+        # (data-dependent init) without knowing which scheme it is.
+        self.scheme: type[ResidualScheme] = ResidualScheme
 
     def _embeddings(self, token_embedding: nn.Embedding | None = None) -> Embeddings:
         c = self.config

@@ -176,11 +176,11 @@ def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
     model, trainer = _section(left, "model"), _section(left, "trainer")
     data, evaluation = _section(left, "data"), _section(left, "eval")
     residual = model.get("residual", "pre")
-    name, init = ((residual.get("name"), residual.get("init")) if isinstance(residual, dict)
-                  else (residual, None))
+    name, options = ((residual.get("name"), {k: v for k, v in residual.items() if k != "name"})
+                     if isinstance(residual, dict) else (residual, {}))
     optim = _section(left, "optim")
     return section_problems(left.get("task", "translation"), model.get("family"),
-                            trainer.get("strategy", "auto"), name, init,
+                            trainer.get("strategy", "auto"), name, options,
                             data.get("streaming", False), evaluation.get("average_last", 1),
                             trainer.get("keep_checkpoints", 5)) + schedule_problems(
         optim.get("schedule", "inverse_sqrt"), optim.get("warmup_steps", 4000),

@@ -33,15 +33,12 @@ def family_problem(task: Any, family: Any) -> Problem | None:
     return Problem("model.family", f"task '{task}' needs family '{expected}', not '{family}'")
 
 
-def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_init: Any,
+def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_options: Any,
                      streaming: Any, average_last: Any = 1, keep: Any = 5) -> list[Problem]:
     """The rules that tie one section to another, on plain values (the loader also checks them
     on what is left of a recipe whose sections have problems of their own)."""
-    problems = [family_problem(task, family)]
-    if strategy == "fsdp" and residual == "admin" and residual_init == "profiled":
-        # Profiling writes w inside the sharded layers; not supported (nor tested) there.
-        problems.append(Problem("model.residual.init", "'profiled' is not supported with "
-                                "trainer.strategy=fsdp; use closed_form, or strategy ddp"))
+    problems = [family_problem(task, family), strategy_problem(residual, residual_options,
+                                                               strategy)]
     if streaming is True and task == "translation":
         problems.append(Problem("data.streaming", "streams causal_lm and mlm corpora; "
                                 "translation corpora are prepared once with `normzoo prepare` "
@@ -51,6 +48,23 @@ def section_problems(task: Any, family: Any, strategy: Any, residual: Any, resid
                                 f"periodic checkpoints, but trainer.keep_checkpoints={keep} "
                                 "keeps fewer; raise trainer.keep_checkpoints"))
     return [problem for problem in problems if problem is not None]
+
+
+def strategy_problem(residual: Any, options: Any, strategy: Any) -> Problem | None:
+    """What the residual scheme says against training under ``strategy`` with ``options``
+    (:meth:`~normzoo.residual.base.ResidualScheme.recipe_problem`); None for a scheme the
+    registry does not know (the model section reports that)."""
+    if not isinstance(residual, str) or not isinstance(strategy, str):
+        return None
+    from normzoo.errors import NormzooError
+    from normzoo.models.resolve import scheme_class
+
+    try:
+        scheme = scheme_class(residual)
+    except NormzooError:
+        return None
+    message = scheme.recipe_problem(options if isinstance(options, dict) else {}, strategy)
+    return None if message is None else Problem("model.residual", message)
 
 
 _Section = Section
@@ -328,7 +342,7 @@ class Recipe(_Section):
     def _sections_agree(self) -> Recipe:
         residual = self.model.residual
         problems = section_problems(self.task, self.model.family, self.trainer.strategy,
-                                    residual.name, residual.options.get("init"),
+                                    residual.name, residual.options,
                                     self.data.streaming, self.eval.average_last,
                                     self.trainer.keep_checkpoints)
         optim = self.optim

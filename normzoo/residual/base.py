@@ -8,7 +8,10 @@ layer of a stack:
 * whether f carries an extra norm inside it (``inner_norm(site)``, Sub-LN);
 * how f's weights are initialised, addressed by *role* (``init_weights(site, weights)``, or
   ``init_parameters(site, weights, biases)`` for a scheme that also sets biases);
-* what happens at the ends of the stack (``embedding_norm()``, ``ends(make_norm)``).
+* what happens at the ends of the stack (``embedding_norm()``, ``ends(make_norm)``);
+* whether it sets state from data before the first update (``needs_data_init``, ``data_init``,
+  ``load_data_init``, ``data_init_state``: Admin's profiled w), and what the recipe must not
+  combine it with (``recipe_problem``).
 
 The model code (:mod:`normzoo.models`) calls only these hooks, so no scheme is special-cased.
 """
@@ -259,6 +262,46 @@ class ResidualScheme:
     def ends(self, make_norm: NormFactory) -> StreamEnds:
         """How the stream starts and how the stack's output is read from it."""
         return StreamEnds(None)
+
+    # -- data-dependent initialisation ---------------------------------------------------------
+    # Class methods on the whole model: one forward pass sets the state of every stack (Admin
+    # profiles both of a translation model in one pass), and the training task calls them
+    # without knowing which scheme built the model.
+    @classmethod
+    def needs_data_init(cls, model: nn.Module) -> bool:
+        """Whether ``model`` still needs :meth:`data_init`: True before the first update of a
+        scheme that sets state from data; False once set (a resumed run restored it from its
+        checkpoint, whose ``state_dict`` must carry it)."""
+        return False
+
+    @classmethod
+    def data_init(cls, model: nn.Module, run_forward: Callable[[], Any]) -> dict[str, Any]:
+        """Set the state from one forward pass, ``run_forward()`` on the first training batch in
+        training mode (the caller forks the generators, so the run draws the same masks either
+        way), and return it as plain data: with several processes rank 0's is broadcast and
+        written into every one with :meth:`load_data_init`."""
+        return {}
+
+    @classmethod
+    def load_data_init(cls, model: nn.Module, state: Mapping[str, Any]) -> None:
+        """Write a state :meth:`data_init` returned (rank 0's) into ``model``."""
+
+    @classmethod
+    def data_init_state(cls, model: nn.Module) -> dict[str, Any] | None:
+        """The state as a checkpoint records it beside the weights (``checkpoint["normzoo"]
+        ["data_init"]``), or None when there is none (not set yet, or no such state)."""
+        return None
+
+    @classmethod
+    def describe_data_init(cls, state: Mapping[str, Any]) -> str:
+        """One log line for a state :meth:`data_init` set."""
+        return f"{cls.__name__} initialised from data: {dict(state)}"
+
+    @classmethod
+    def recipe_problem(cls, options: Mapping[str, Any], strategy: str) -> str | None:
+        """Why the scheme with ``options`` cannot train under ``trainer.strategy`` (a message
+        for the recipe's ``model.residual``), or None when it can."""
+        return None
 
     # -- compatibility ------------------------------------------------------------------------
     def normalizes_stream(self) -> bool:

@@ -23,7 +23,6 @@ from normzoo.checkpoints import rng_state as rng
 from normzoo.models import assemble
 from normzoo.nn.token_loss import LossTerms
 from normzoo.recipe import Recipe
-from normzoo.residual import admin
 from normzoo.tasks.optim import GROUP_NAMES, build_optimizer
 
 
@@ -68,7 +67,8 @@ class NormzooTask(L.LightningModule):
         self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
 
     def logits(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The model's logits for ``batch`` (also used to profile Admin and locate a NaN)."""
+        """The model's logits for ``batch`` (also used by a scheme's data-dependent init and to
+        locate a NaN)."""
         raise NotImplementedError
 
     def loss_terms(self, batch: dict[str, Any], smoothing: float = 0.0) -> LossTerms:
@@ -76,10 +76,10 @@ class NormzooTask(L.LightningModule):
         raise NotImplementedError
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
-        # Admin ``init: profiled`` sets w from the first training batch; a resumed run restored
-        # them (and their record) from its checkpoint before this.
-        if self.trainer.global_step == 0 and self._unprofiled_admin():
-            self.profile_admin(batch)
+        # A scheme that sets state from data (Admin ``init: profiled``) sees the first training
+        # batch; a resumed run restored that state from its checkpoint before this.
+        if self.trainer.global_step == 0 and self.model.scheme.needs_data_init(self.model):
+            self.data_init(batch)
         if not self._flops_measured:  # this process's first batch
             self._flops_measured = True
             if self._monitors_throughput():
@@ -142,26 +142,22 @@ class NormzooTask(L.LightningModule):
             rng.restore(state)
         return flops / max(tokens(batch), 1)
 
-    def _unprofiled_admin(self) -> bool:
-        return any(getattr(m, "profiled_omega", None) is not None and m.profiled_omega.item() <= 0
-                   for m in self.model.modules())
-
-    def profile_admin(self, batch: dict[str, Any]) -> dict[str, list[float]]:
-        """Profile Admin's w on ``batch`` in training mode (:func:`normzoo.residual.admin.profile`);
-        with several processes every one takes rank 0's values, as the reference profiles on a
-        single GPU. The generators are left as they were: the run's dropout masks do not
-        depend on whether it profiled."""
+    def data_init(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The scheme's data-dependent init (:meth:`ResidualScheme.data_init
+        <normzoo.residual.base.ResidualScheme.data_init>`) on ``batch`` in training mode; with
+        several processes every one takes rank 0's state, so the replicas agree. The generators
+        are left as they were: the run's dropout masks do not depend on whether it ran."""
+        scheme = self.model.scheme
         cuda = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=cuda):
-            values = admin.profile(self.model, lambda: self.logits(batch))
+            state = scheme.data_init(self.model, lambda: self.logits(batch))
         if self._trainer is not None and self.trainer.world_size > 1:
-            values = self.trainer.strategy.broadcast(values, src=0)
-            admin.set_profiled(self.model, values)
+            state = self.trainer.strategy.broadcast(state, src=0)
+            scheme.load_data_init(self.model, state)
         from lightning.pytorch.utilities import rank_zero_info
 
-        rank_zero_info("Admin profiled w: " + "; ".join(
-            f"{name} " + ", ".join(f"{w:.4g}" for w in ws) for name, ws in values.items()))
-        return values
+        rank_zero_info(scheme.describe_data_init(state))
+        return state
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
@@ -224,8 +220,8 @@ class NormzooTask(L.LightningModule):
             "plugins": self.model.plugins,
             "rng": self._rng_states(),
         }
-        if (omegas := admin.profiled_omegas(self.model)) is not None:
-            checkpoint["normzoo"]["admin_omega"] = omegas
+        if (state := self.model.scheme.data_init_state(self.model)) is not None:
+            checkpoint["normzoo"]["data_init"] = state
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("normzoo", {})
