@@ -21,17 +21,18 @@ from normzoo.models.resolve import norm_factory, norm_options, scheme_class, sta
 from normzoo.models.stacks import DecoderStack, EncoderStack
 
 
-def norm_maker(config: ModelConfig) -> Callable[[int], nn.Module]:
-    """``width -> fresh norm`` for the configured norm and options (without its bias where
-    the model has none, ``model.bias: false``)."""
-    factory = norm_factory(config.norm.name)
-    options = norm_options(factory, config.norm.options, config.norm_bias)
+def norm_maker(config: ModelConfig, which: str = "norm") -> Callable[[int], nn.Module]:
+    """``width -> fresh norm`` for the configured norm (``which``: ``norm``, or ``qk_norm``)
+    and its options (without its bias where the model has none, ``model.bias: false``)."""
+    component = getattr(config, which)
+    factory = norm_factory(component.name)
+    options = norm_options(factory, component.options, config.norm_bias)
 
     def make_norm(width: int) -> nn.Module:
         try:
             return factory(width, **options)
         except (ValueError, TypeError) as error:  # e.g. groups that do not divide ffn_dim
-            raise ConfigError([Problem("model.norm", f"{config.norm.name}({width}): {error}")]
+            raise ConfigError([Problem(f"model.{which}", f"{component.name}({width}): {error}")]
                               ) from None
 
     return make_norm
@@ -71,6 +72,7 @@ def assemble(
             attention_impl=config.attention_impl,
             kv_heads=config.kv_heads,
             rope_base=config.rope_base if config.positions == "rope" else None,
+            qk_norm=norm_maker(config, "qk_norm") if config.qk_norm is not None else None,
         )
         stacks[info.stack] = (EncoderStack if info.stack == "encoder" else DecoderStack)(build)
     if config.family == "encoder":

@@ -40,6 +40,11 @@ class ModelConfig(BaseModel):
     activation: Literal["relu", "gelu", "silu", "swiglu", "geglu"] = "relu"
     norm: Component = Component(name="layernorm")
     residual: Component = Component(name="pre")
+    qk_norm: Component | None = Field(
+        default=None,
+        description="a norm (any registered one, with its options) on each head's queries and "
+        "keys in every attention, before rotary embeddings (QK-norm: OLMo 2, Gemma 3, Qwen3)",
+    )
     positions: Literal["sinusoidal", "learned", "rope"] = Field(
         default="sinusoidal",
         description="a table added to the embeddings (sinusoidal, learned), or rotary "
@@ -111,11 +116,12 @@ class ModelConfig(BaseModel):
             # Tried with the defaults in place of the fields that already have a problem.
             fields = type(self).model_fields
             sound = self.model_copy(update={p.path: fields[p.path].default for p in problems})
-            norm, residual, found = resolve(sound)
+            norm, residual, qk_norm, found = resolve(sound)
             problems += found
             if not found:  # the options as the plugins' signatures read them
                 object.__setattr__(self, "norm", norm)  # frozen: set once, while validating
                 object.__setattr__(self, "residual", residual)
+                object.__setattr__(self, "qk_norm", qk_norm)
                 self._registry_checked = not problems
         if problems:
             raise rule_error(*dict.fromkeys(problems))

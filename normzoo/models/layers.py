@@ -43,8 +43,10 @@ class SublayerBuilder:
         attention_impl: AttentionImpl = "auto",
         kv_heads: int | None = None,
         rope_base: float | None = None,
+        qk_norm: NormMaker | None = None,
     ) -> None:
         self.scheme, self.stack, self.make_norm = scheme, stack, make_norm
+        self.qk_norm = qk_norm
         self.heads, self.ffn_dim, self.dropout = heads, ffn_dim, dropout
         self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
         self.activation, self.fused_qkv, self.bias = activation, fused_qkv, bias
@@ -70,6 +72,7 @@ class SublayerBuilder:
             impl=self.attention_impl,
             kv_heads=self.kv_heads,
             rope_base=self.rope_base,  # self-attention only: the module ignores it when cross
+            qk_norm=self.qk_norm,
         )
         prefix = "cross_" if cross else ""
         self.scheme.init_parameters(

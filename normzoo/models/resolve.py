@@ -46,11 +46,12 @@ def stack_infos(config: ModelSection) -> list[StackInfo]:
     """The stacks this family has, each told the family and both depths."""
     family = Family(config.family)
     n, m = config.encoder_depth, config.decoder_depth
+    heads = {"heads": config.heads, "kv_heads": config.kv_heads or config.heads}
     stacks = []
     if family is not Family.DECODER:
-        stacks.append(StackInfo(family, "encoder", n, m, config.d_model))
+        stacks.append(StackInfo(family, "encoder", n, m, config.d_model, **heads))
     if family is not Family.ENCODER:
-        stacks.append(StackInfo(family, "decoder", n, m, config.d_model))
+        stacks.append(StackInfo(family, "decoder", n, m, config.d_model, **heads))
     return stacks
 
 
@@ -166,9 +167,34 @@ def causal_norm_problem(config: ModelSection, factory: Any) -> Problem | None:
     )
 
 
-def resolve(config: ModelSection) -> tuple[Component, Component, list[Problem]]:
-    """``config``'s norm and residual with validated options, and every problem found."""
+def _resolve_qk_norm(config: ModelSection) -> tuple[Component | None, list[Problem]]:
+    """``model.qk_norm``: a registered norm of one head's width, per token (a norm whose
+    statistics mix positions would mix the keys a query may not see)."""
+    if config.qk_norm is None:
+        return None, []
+    name, width = config.qk_norm.name, config.d_model // config.heads
+    try:
+        factory = norm_factory(name)
+        options = validate_options(factory, config.qk_norm.options, skip=1, where="qk_norm")
+        factory(width, **norm_options(factory, options, config.norm_bias))
+    except NormzooError as error:
+        return None, _problems(error, "qk_norm")
+    except (ValueError, TypeError) as error:
+        return None, [Problem("qk_norm", f"{name}({width}): {error}")]
+    if getattr(factory, "mixes_positions", False):
+        return None, [Problem("qk_norm", f"'{name}' mixes positions in its statistics; queries "
+                              "and keys need a per-token norm (rmsnorm, layernorm, scalenorm, "
+                              "dyt)")]
+    return _given(config.qk_norm, options), []
+
+
+def resolve(config: ModelSection) -> tuple[Component, Component, Component | None,
+                                           list[Problem]]:
+    """``config``'s norm, residual and QK-norm with validated options, and every problem
+    found."""
     norm, problems = _resolve_norm(config)
+    qk_norm, found = _resolve_qk_norm(config)
+    problems += found
     residual, schemes, found = _resolve_residual(config)
     problems += found
     stream_norm = getattr(registry.norms.get(config.norm.name), "supports_stream_norm", True) \
@@ -180,4 +206,5 @@ def resolve(config: ModelSection) -> tuple[Component, Component, list[Problem]]:
             f"'{config.residual.name}' puts a norm on it (x <- norm(... + f(x))); "
             "use a pre-norm scheme (pre, sandwich, peri, subln, layerscale)",
         ))
-    return norm or config.norm, residual or config.residual, list(dict.fromkeys(problems))
+    return (norm or config.norm, residual or config.residual, qk_norm or config.qk_norm,
+            list(dict.fromkeys(problems)))

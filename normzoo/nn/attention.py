@@ -19,10 +19,16 @@ heads, each shared by ``heads // kv_heads`` consecutive query heads, which shrin
 (it stores the ``kv_heads`` heads) and the k/v projections by that factor. With ``rope_base``
 set, self-attention rotates q and k by their absolute positions (:mod:`normzoo.nn.rotary`);
 cross-attention never does (encoder and decoder positions are not on one axis).
+
+QK-norm (``qk_norm``, a factory ``width -> norm``): one norm of a head's width on the queries and
+one on the keys, each applied to every head (its weights shared across heads, as Qwen3 and
+Gemma 3 do), after the projection and before the rotation; so the KV cache holds normalised
+(and rotated) keys, and cross-attention normalises the encoder's keys once, before caching them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -138,7 +144,8 @@ class MultiheadAttention(nn.Module):
     """Self- or cross-attention with optional inner norm before the output projection (Sub-LN).
 
     ``kv_heads`` (default ``heads``) gives grouped-query attention; ``rope_base`` (default
-    None: no rotation) rotary position embeddings in self-attention.
+    None: no rotation) rotary position embeddings in self-attention; ``qk_norm`` (default None)
+    a norm of one head's width on queries and keys (QK-norm).
     """
 
     def __init__(
@@ -154,6 +161,7 @@ class MultiheadAttention(nn.Module):
         impl: AttentionImpl = "auto",
         kv_heads: int | None = None,
         rope_base: float | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
@@ -178,6 +186,8 @@ class MultiheadAttention(nn.Module):
             self.v_proj = nn.Linear(dim, kv_dim, bias=bias)
         self.inner_norm = inner_norm if inner_norm is not None else nn.Identity()
         self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.q_norm = qk_norm(self.head_dim) if qk_norm is not None else None
+        self.k_norm = qk_norm(self.head_dim) if qk_norm is not None else None
         # No parameters and no buffers: the state dict is the same with or without it.
         self.rotary = (RotaryEmbedding(self.head_dim, rope_base)
                        if rope_base is not None and not cross else None)
@@ -235,6 +245,11 @@ class MultiheadAttention(nn.Module):
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         return self._split(q, h), self._split(k, kv), self._split(v, kv)
 
+    @staticmethod
+    def _normed(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``[B, heads, T, head_dim]`` through a QK-norm of one head's width, if any."""
+        return x if norm is None else norm(x)
+
     def _expand(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, kv_heads, S, hd]`` -> ``[B, heads, S, hd]``: each k/v head repeated for the
         ``heads // kv_heads`` consecutive query heads of its group (Llama's ``repeat_kv``).
@@ -258,16 +273,18 @@ class MultiheadAttention(nn.Module):
         with a cache, S covers the cached positions too).
         """
         if self.cross:
-            q = self._split(self.q_proj(x), self.heads)
+            q = self._normed(self.q_norm, self._split(self.q_proj(x), self.heads))
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v
             else:
                 k, v = (self._split(p, self.kv_heads)
                         for p in self.kv_proj(memory).chunk(2, dim=-1))
+                k = self._normed(self.k_norm, k)
                 if cache is not None:
                     cache.cross_k, cache.cross_v = k, v
         else:
             q, k, v = self._project_self(x)
+            q, k = self._normed(self.q_norm, q), self._normed(self.k_norm, k)
             past = None if cache is None else cache.self_k
             if self.rotary is not None:  # new queries and keys sit after the cached ones
                 q, k = self.rotary(q, k, 0 if past is None else past.shape[2])

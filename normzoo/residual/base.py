@@ -55,10 +55,12 @@ FFN_ROLES = ("ffn_in", "ffn_gate", "ffn_out")
 
 @dataclass(frozen=True)
 class StackInfo:
-    """Which stack a scheme is building, in which family, both depths and the stream width.
+    """Which stack a scheme is building, in which family, both depths, the stream width and the
+    attention heads.
 
     ``encoder_layers`` is N and ``decoder_layers`` is M in the papers' notation; the depth of a
-    stack that the family does not have is 0.
+    stack that the family does not have is 0. ``heads`` and ``kv_heads`` are 0 where the
+    builder did not say (a scheme built by hand in a test).
     """
 
     family: Family
@@ -66,6 +68,8 @@ class StackInfo:
     encoder_layers: int
     decoder_layers: int
     dim: int  # d_model, the width of the residual stream
+    heads: int = 0  # query heads of every attention
+    kv_heads: int = 0  # key/value heads (grouped-query attention: fewer than heads)
 
     def __post_init__(self) -> None:
         if self.stack not in ("encoder", "decoder"):
@@ -76,6 +80,11 @@ class StackInfo:
     @property
     def depth(self) -> int:
         return self.encoder_layers if self.stack == "encoder" else self.decoder_layers
+
+    @property
+    def head_dim(self) -> int:
+        """The width of one attention head (0 where ``heads`` is not known)."""
+        return self.dim // self.heads if self.heads else 0
 
     @property
     def has_cross_attention(self) -> bool:

@@ -50,6 +50,9 @@ def why_not_llama(model: TransformerModel) -> str | None:
         return f"model.positions is {config.positions}, not rope"
     if config.activation != "swiglu":
         return f"model.activation is {config.activation}, not swiglu"
+    if config.qk_norm is not None:
+        return (f"model.qk_norm is {config.qk_norm}: Llama has no norm on queries and keys "
+                "(Qwen3 has one; normzoo does not map to it yet)")
     biases = [n for n, _ in model.named_parameters() if n.rpartition(".")[2] == "bias"]
     if biases:
         return f"it has biases ({biases[0]}, ...): model.bias must be false"

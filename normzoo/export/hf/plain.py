@@ -193,6 +193,9 @@ def _check_layers(model: TransformerModel) -> None:
     if config.activation not in ("relu", "gelu", "silu"):
         raise NotMappable(f"model.activation={config.activation} is a gated feed-forward; the "
                           "transformers architectures normzoo maps to have an ungated one")
+    if config.qk_norm is not None:
+        raise NotMappable(f"model.qk_norm={config.qk_norm} normalises queries and keys; the "
+                          "BART/BERT/GPT-2 architectures normzoo maps to have no such norm")
     for module in model.modules():
         inner = getattr(module, "inner_norm", None)
         if inner is not None and not isinstance(inner, nn.Identity):
