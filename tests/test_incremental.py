@@ -14,7 +14,7 @@ import torch
 from normzoo.models import assemble
 
 SCHEMES = [
-    "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "peri", "mixln",
+    "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "peri", "mixln",
     "resi_dual", "admin",
 ]
 VOCAB, PAD = 31, 0

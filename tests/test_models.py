@@ -20,7 +20,7 @@ from normzoo.nn.embeddings import Embeddings
 from normzoo.residual.rezero import ReZeroResidual
 
 SCHEMES = [
-    "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "peri", "mixln",
+    "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "peri", "mixln",
     "resi_dual", "admin",
 ]
 FAMILIES = ["encoder", "decoder", "encoder_decoder"]

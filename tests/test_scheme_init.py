@@ -330,8 +330,9 @@ NORMS_PER_SUBLAYER = {
     "mixln": 1,
     "resi_dual": 1,
     "admin": 1,
+    "lns": 1,
 }
-FINAL = {"pre", "sandwich", "subln", "layerscale", "peri", "mixln", "resi_dual"}
+FINAL = {"pre", "sandwich", "subln", "layerscale", "peri", "mixln", "resi_dual", "lns"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -35,6 +35,7 @@ from normzoo.residual import Family, Site, StackInfo, StreamEnds, SublayerKind
 from normzoo.residual.admin import Admin, AdminResidual, profile
 from normzoo.residual.deepnorm import DeepNorm, deepnorm_constants
 from normzoo.residual.layerscale import LayerScale
+from normzoo.residual.lns import LNS
 from normzoo.residual.mixln import MixLN
 from normzoo.residual.peri import PeriLN
 from normzoo.residual.post import PostLN
@@ -58,6 +59,7 @@ SCHEMES = {
     "mixln": MixLN,
     "resi_dual": ResiDual,
     "admin": Admin,
+    "lns": LNS,
 }
 
 # N=18 and M=6 differ, so a constant that reads N where it should read M (or the other way
@@ -196,6 +198,19 @@ def test_pre_ln(stack_name: str, kind: SublayerKind) -> None:
     out = residual(x, f)
     (ln,) = norms
     torch.testing.assert_close(out, x + f.map(ln.map(x)))
+    assert_called_once_each(norms, f)
+
+
+@ALL_STACKS
+@ALL_KINDS
+@pytest.mark.parametrize("layer", [0, 1, 5])
+def test_layernorm_scaling(stack_name: str, kind: SublayerKind, layer: int) -> None:
+    """lns: x <- x + f(LN(x) / sqrt(l)), l = layer + 1 (the reference's 1/sqrt(layer_index+1)),
+    the same scale for every sublayer of a layer."""
+    _, residual, norms, f = build("lns", STACKS[stack_name], kind, layer)
+    x = stream()
+    (ln,) = norms
+    torch.testing.assert_close(residual(x, f), x + f.map(ln.map(x) / math.sqrt(layer + 1)))
     assert_called_once_each(norms, f)
 
 
