@@ -159,3 +159,47 @@ def test_weight_decay_shrinks_matrices_only():
     assert torch.allclose(model[0].weight, torch.full((3, 3), 1 - 0.1 * 0.5))
     for p in (model[0].bias, model[1].weight, model[1].bias):
         assert torch.equal(p, torch.ones_like(p))
+
+
+class Mixer(nn.Module):
+    """A module that declares what its own parameters need: a 2-D mixing matrix kept out of
+    weight decay, and a gain with a tenth of the learning rate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = nn.Parameter(torch.eye(3))
+        self.gain = nn.Parameter(torch.ones(3))
+        self.proj = nn.Linear(3, 3, bias=False)
+
+    def optimizer_options(self) -> dict[str, dict[str, float]]:
+        return {"mix": {"weight_decay": 0.0}, "gain": {"lr_scale": 0.1}}
+
+
+def test_modules_declare_what_their_parameters_need_from_the_optimizer():
+    model = nn.Sequential(nn.Linear(3, 3), Mixer())
+    config = OptimConfig(weight_decay=0.1, lr=1e-3, warmup_steps=0, schedule="constant")
+    optimizer, scheduler = build_optimizer(model, config, 10)
+    groups = {g["name"]: g for g in optimizer.param_groups}
+    ids = lambda group: {id(p) for p in group["params"]}  # noqa: E731
+    mixer = model[1]
+    assert ids(groups["lr"]) == {id(model[0].weight), id(mixer.proj.weight)}  # undeclared: rank
+    assert ids(groups["lr_no_decay"]) == {id(model[0].bias), id(mixer.mix)}  # 2-D, declared
+    scaled = groups["lr_0_0.1"]
+    assert ids(scaled) == {id(mixer.gain)} and scaled["weight_decay"] == 0.0
+    assert scaled["lr"] == pytest.approx(1e-4) and groups["lr"]["lr"] == pytest.approx(1e-3)
+    optimizer.step()
+    scheduler.step()  # the schedule scales every group's own rate
+    assert scaled["lr"] == pytest.approx(1e-4)
+
+
+def test_an_unknown_optimizer_option_is_named():
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+
+        def optimizer_options(self):
+            return {"w": {"momentum": 0.5}}
+
+    with pytest.raises(ValueError, match="momentum"):
+        build_optimizer(Odd(), OptimConfig(), 10)

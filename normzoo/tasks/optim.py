@@ -74,18 +74,53 @@ def lr_factor(config: OptimConfig, max_steps: int) -> Callable[[int], float]:
 GROUP_NAMES = ("lr", "lr_no_decay")
 
 
-def build_optimizer(model: torch.nn.Module, config: OptimConfig, max_steps: int):
-    """AdamW without weight decay on biases, norms and scalars; the schedule steps per update.
+def declared_options(model: torch.nn.Module) -> dict[str, dict[str, float]]:
+    """What modules declare their own parameters need from the optimizer, by full parameter
+    name: a module (a scheme's residual connection, a plugin's norm) may define
+    ``optimizer_options()`` returning ``{local parameter name: {"weight_decay": 0.0,
+    "lr_scale": s}}`` (either key optional). A mixing matrix of Hyper-Connections is 2-D, yet
+    decaying it toward 0 would cut the streams apart: the module that owns it says so, rather
+    than the optimizer guessing from a tensor's rank."""
+    found: dict[str, dict[str, float]] = {}
+    for prefix, module in model.named_modules():
+        declare = getattr(module, "optimizer_options", None)
+        if callable(declare):
+            for name, options in declare().items():
+                unknown = set(options) - {"weight_decay", "lr_scale"}
+                if unknown:
+                    raise ValueError(f"{type(module).__name__}.optimizer_options: unknown "
+                                     f"{sorted(unknown)} for {name!r} (weight_decay, lr_scale)")
+                found[f"{prefix}.{name}" if prefix else name] = dict(options)
+    return found
 
-    The groups are named :data:`GROUP_NAMES`, in that order."""
+
+def build_optimizer(model: torch.nn.Module, config: OptimConfig, max_steps: int):
+    """AdamW without weight decay on biases, norms and scalars, and as modules declare for
+    their own parameters (:func:`declared_options`); the schedule steps per update.
+
+    The first two groups are named :data:`GROUP_NAMES`, in that order; parameters declared
+    with other options get a group each, named ``lr_<weight decay>_<lr scale>``."""
+    declared = declared_options(model)
     decay, no_decay = [], []
-    for _, param in model.named_parameters():
+    extra: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        (decay if param.dim() >= 2 else no_decay).append(param)
+        options = declared.get(name)
+        if options is None:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+            continue
+        wd = options.get("weight_decay", config.weight_decay if param.dim() >= 2 else 0.0)
+        scale = options.get("lr_scale", 1.0)
+        if scale == 1.0 and wd in (0.0, config.weight_decay):
+            (no_decay if wd == 0.0 else decay).append(param)
+        else:
+            extra.setdefault((wd, scale), []).append(param)
     groups = [
         {"params": decay, "weight_decay": config.weight_decay, "name": GROUP_NAMES[0]},
         {"params": no_decay, "weight_decay": 0.0, "name": GROUP_NAMES[1]},
+        *({"params": params, "weight_decay": wd, "lr": config.lr * scale,
+           "name": f"lr_{wd:g}_{scale:g}"} for (wd, scale), params in extra.items()),
     ]
     # The multi-tensor implementation (torch uses it by default only on CUDA): one pass over all
     # parameters instead of a Python loop per tensor. Not the fused kernel, which unscales
