@@ -214,3 +214,34 @@ def test_an_old_path_says_what_it_lacks(monkeypatch: pytest.MonkeyPatch):
         module = importlib.import_module("normzoo.scoring")
     with pytest.raises(AttributeError, match=r"moved to normzoo\.inference\.scoring"):
         module.no_such_name  # noqa: B018
+
+
+# Every built-in scheme's module; "post" and "pre" are also the two placements the exports map
+# to, so the name check leaves those two words out.
+SCHEME_MODULES = {p.stem for p in (ROOT / "residual").glob("*.py")} - {"__init__", "base"}
+SCHEME_NAMES = {"deepnorm", "admin", "subln", "rezero", "layerscale", "peri", "mixln",
+                "sandwich", "resi_dual", "lns"}
+
+
+def test_no_module_outside_residual_imports_a_scheme_or_compares_its_name():
+    """The contract (normzoo/residual/base.py) is all the rest of normzoo knows of a scheme, so a
+    plugin can do whatever a built-in does: no import of a scheme's module, no ``== "admin"``."""
+    found = []
+    for name, path in MODULES.items():
+        if name.startswith("normzoo.residual"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                scheme = node.module.removeprefix("normzoo.residual.")
+                if node.module.startswith("normzoo.residual.") and scheme in SCHEME_MODULES:
+                    found.append(f"{name} imports {node.module}")
+                if node.module == "normzoo.residual":
+                    found += [f"{name} imports {alias.name}" for alias in node.names
+                              if alias.name in SCHEME_MODULES]
+            if isinstance(node, ast.Compare):
+                constants = [c.value for c in [node.left, *node.comparators]
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                found += [f"{name} compares {value!r}" for value in constants
+                          if value in SCHEME_NAMES]
+    assert found == []

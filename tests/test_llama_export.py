@@ -146,3 +146,26 @@ def test_a_llama_maps_every_weight_once():
     assert weights["model.layers.0.self_attn.k_proj.weight"].shape == (8, 32)  # one kv head
     assert sum(p.numel() for p in model.parameters()) == sum(
         p.numel() for p in hf_model.parameters())
+
+
+def test_layernorm_scaling_exports_as_llama_with_its_scale_in_the_norm_gains():
+    """LNS, x + f(RMSNorm(x)/sqrt(l)), is a Llama whose layer-l norm gains are divided by
+    sqrt(l): the same logits from LlamaForCausalLM."""
+    from normzoo.export.hf.llama import llama
+
+    config = ModelConfig.parse({**SIZES, "residual": "lns", "decoder_layers": 3})
+    model = assemble(config, vocab_size=50).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):  # trained-looking gains, not ones
+                param.uniform_(0.5, 1.5)
+    mapped = llama_target(model, "lns")
+    assert mapped is not None
+    plain, _ = mapped
+    assert "1/√l" in plain.folded
+    hf_config, weights = llama(plain, config.with_vocab(50))
+    hf_model = transformers.LlamaForCausalLM(hf_config).eval()
+    hf_model.load_state_dict(weights)
+    ids = torch.randint(4, 50, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(hf_model(ids).logits, model(ids), rtol=0, atol=1e-5)

@@ -39,6 +39,7 @@ from torch import nn
 from normzoo.nn.padding import current_padding_mask
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -103,6 +104,11 @@ class AdminResidual(Residual):
 
     def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.omega * x, branch
+
+    def plain_form(self) -> PlainForm | str:
+        return ("Admin scales the stream per channel before its LN, LN(ω ⊙ x + f(x)); with a "
+                "different ω per channel that is not LN of any rescaled Post-LN sum")
+
 
 
 class Admin(ResidualScheme):

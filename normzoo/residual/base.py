@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -118,6 +118,25 @@ class Site:
         return self.layer * len(order) + order.index(self.kind)
 
 
+@dataclass(frozen=True)
+class PlainForm:
+    """A residual connection read as a plain Post-LN ``LN(x + f(x))`` or Pre-LN
+    ``x + f(LN(x))`` one, the form ``transformers``' architectures compute, once its constants
+    are folded into the weights: the branch's output takes ``branch_scale`` (a float or a
+    per-channel vector, multiplied into the branch's last matrix and bias); the norm's affine
+    weight and bias take ``norm_scale`` (a norm's output times s is the same norm with its gain
+    and bias times s); and its ε is multiplied by ``eps_scale`` (LN is scale-invariant:
+    ``LN(a x + y) = LN(x + y/a)`` with ε/a²). ``folded`` says in words what was moved into the
+    weights, for the model card, and ``constant`` the value, per stack (``α = 1.86``)."""
+
+    placement: Literal["post", "pre"]
+    branch_scale: torch.Tensor | float = 1.0
+    norm_scale: float = 1.0
+    eps_scale: float = 1.0
+    folded: str = ""
+    constant: str = ""
+
+
 class Residual(nn.Module):
     """One residual connection: ``forward(stream, f) -> stream``.
 
@@ -127,6 +146,14 @@ class Residual(nn.Module):
 
     def forward(self, x: Stream, f: Sublayer) -> Stream:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def plain_form(self) -> PlainForm | str:
+        """This connection as a plain Post-LN or Pre-LN one (:class:`PlainForm`), for the
+        Hugging Face exports, or why it has none, in words (the default: a connection an
+        export does not know). A subclass that changes ``forward`` must not inherit its
+        parent's form: the built-ins answer for their exact class only."""
+        return (f"no transformers architecture computes {type(self).__name__}: only Post-LN, "
+                "Pre-LN and the schemes that fold into them export")
 
     def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The two terms the connection sums, from the stream ``x`` it receives and the output

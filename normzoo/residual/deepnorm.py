@@ -32,6 +32,7 @@ from normzoo.residual.base import (
     VALUE_PATH_ROLES,
     Family,
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -71,6 +72,14 @@ class DeepNormResidual(Residual):
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha:.4f}"
+
+    def plain_form(self) -> PlainForm | str:
+        if type(self) is not DeepNormResidual:
+            return super().plain_form()
+        return PlainForm("post", 1.0 / self.alpha, eps_scale=self.alpha**-2,
+                         folded="DeepNorm's LN(αx + f(x)) = LN(x + f(x)/α): each branch's output "
+                         "matrix and bias divided by α", constant=f"α = {self.alpha:.4g}")
+
 
 
 def torchscale_scale(stack: StackInfo) -> float:

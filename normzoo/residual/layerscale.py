@@ -14,6 +14,7 @@ from torch import nn
 
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -44,6 +45,13 @@ class LayerScaleResidual(Residual):
 
     def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.scale * branch
+
+    def plain_form(self) -> PlainForm | str:
+        if type(self) is not LayerScaleResidual:
+            return super().plain_form()
+        return PlainForm("pre", self.scale.detach(), folded="LayerScale's diag(l) multiplied "
+                         "into each branch's output matrix and bias")
+
 
 
 class LayerScale(ResidualScheme):

@@ -18,6 +18,7 @@ import math
 
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -37,6 +38,13 @@ class LNSResidual(Residual):
 
     def extra_repr(self) -> str:
         return f"scale={self.scale:.4g}"
+
+    def plain_form(self) -> PlainForm | str:
+        if type(self) is not LNSResidual:
+            return super().plain_form()
+        return PlainForm("pre", norm_scale=self.scale, folded="LayerNorm Scaling's 1/√l "
+                         "multiplied into each layer's norm gains (and biases)")
+
 
 
 class LNS(ResidualScheme):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -24,6 +25,10 @@ class PostLNResidual(Residual):
 
     def forward(self, x, f: Sublayer):
         return self.norm(x + f(x))
+
+    def plain_form(self) -> PlainForm | str:
+        return PlainForm("post") if type(self) is PostLNResidual else super().plain_form()
+
 
 
 class PostLN(ResidualScheme):

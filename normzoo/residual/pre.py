@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -20,6 +21,10 @@ class PreLNResidual(Residual):
 
     def forward(self, x, f: Sublayer):
         return x + f(self.norm(x))
+
+    def plain_form(self) -> PlainForm | str:
+        return PlainForm("pre") if type(self) is PreLNResidual else super().plain_form()
+
 
 
 class PreLN(ResidualScheme):

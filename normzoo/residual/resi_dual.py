@@ -22,6 +22,7 @@ from torch import nn
 
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -45,6 +46,11 @@ class ResiDualResidual(Residual):
         x_p, x_d = x
         branch = f(x_p)
         return self.norm(x_p + branch), x_d + branch
+
+    def plain_form(self) -> PlainForm | str:
+        return ("ResiDual carries a second, un-normalised stream that is added back at the "
+                "end; no transformers architecture has two streams")
+
 
 
 class ResiDualEnds(StreamEnds):

@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normzoo.residual.base import NormFactory, Residual, ResidualScheme, Site, StackInfo, Sublayer
+from normzoo.residual.base import (
+    NormFactory,
+    PlainForm,
+    Residual,
+    ResidualScheme,
+    Site,
+    StackInfo,
+    Sublayer,
+)
 
 
 class ReZeroResidual(Residual):
@@ -18,6 +26,11 @@ class ReZeroResidual(Residual):
 
     def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.a * branch
+
+    def plain_form(self) -> PlainForm | str:
+        return ("ReZero has no norms (x + α f(x)); every transformers architecture of these "
+                "families normalises its stream")
+
 
 
 class ReZero(ResidualScheme):

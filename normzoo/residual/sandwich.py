@@ -6,6 +6,7 @@ import torch
 
 from normzoo.residual.base import (
     NormFactory,
+    PlainForm,
     Residual,
     ResidualScheme,
     Site,
@@ -25,6 +26,11 @@ class SandwichResidual(Residual):
 
     def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, self.norm_out(branch)
+
+    def plain_form(self) -> PlainForm | str:
+        return ("the branch's output is normalised as well, x + LN(f(LN(x))) (Sandwich-LN, "
+                "Peri-LN); no transformers architecture has that second norm")
+
 
 
 class SandwichLN(ResidualScheme):

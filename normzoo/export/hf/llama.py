@@ -29,8 +29,7 @@ from normzoo.export.hf.plain import PlainModel
 from normzoo.models.config import ModelConfig
 from normzoo.models.families import DecoderModel, TransformerModel
 from normzoo.nn.norms import RMSNorm
-from normzoo.residual.base import StreamEnds
-from normzoo.residual.pre import PreLNResidual
+from normzoo.residual.base import PlainForm, StreamEnds
 
 ARCHITECTURE = "LlamaForCausalLM"
 AUTO_CLASS = "AutoModelForCausalLM"
@@ -38,6 +37,19 @@ AUTO_CLASS = "AutoModelForCausalLM"
 
 def _rms(norm: nn.Module | None) -> RMSNorm | None:
     return norm if type(norm) is RMSNorm and norm.weight is not None else None
+
+
+def _pre_form(residual: nn.Module) -> PlainForm | str:
+    """The connection's plain form where it is Pre-LN's ``x + f(s * norm(x))`` (Llama's, once
+    a scale ``s`` is multiplied into the norm's gain), else why not."""
+    form = residual.plain_form() if hasattr(residual, "plain_form") else "not a residual"
+    if isinstance(form, str):
+        return form
+    if form.placement != "pre":
+        return "a Post-LN placement"
+    if not isinstance(form.branch_scale, float) or form.branch_scale != 1.0:
+        return "its branch output is scaled"
+    return form
 
 
 def why_not_llama(model: TransformerModel) -> str | None:
@@ -60,9 +72,10 @@ def why_not_llama(model: TransformerModel) -> str | None:
     norms = []
     for i, layer in enumerate(stack.layers):  # the scheme first: the likeliest difference
         for residual in (layer.self_attn_residual, layer.ffn_residual):
-            if type(residual) is not PreLNResidual:
+            form = _pre_form(residual)
+            if isinstance(form, str):
                 return (f"layer {i}'s residual is {type(residual).__name__} (model.residual: "
-                        f"{config.residual.name}), not Pre-LN's x + f(norm(x))")
+                        f"{config.residual.name}), not Pre-LN's x + f(norm(x)): {form}")
             if _rms(residual.norm) is None:
                 return (f"layer {i}'s norm is {type(residual.norm).__name__}, not RMSNorm "
                         "with a learned scale")
@@ -87,6 +100,7 @@ def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Targ
     if why_not_llama(model) is not None:
         return None
     weights: dict[str, torch.Tensor] = {}
+    notes: set[str] = set()  # what the scheme folded into the weights
 
     def put(name: str, tensor: torch.Tensor) -> None:
         weights[name] = tensor.detach().float().clone()
@@ -101,8 +115,13 @@ def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Targ
         put(f"{base}.mlp.gate_proj.weight", ffn.ffn_in.weight)
         put(f"{base}.mlp.up_proj.weight", ffn.ffn_gate.weight)
         put(f"{base}.mlp.down_proj.weight", ffn.ffn_out.weight)
-        put(f"{base}.input_layernorm.weight", layer.self_attn_residual.norm.weight)
-        put(f"{base}.post_attention_layernorm.weight", layer.ffn_residual.norm.weight)
+        for residual, name in ((layer.self_attn_residual, "input_layernorm"),
+                               (layer.ffn_residual, "post_attention_layernorm")):
+            form = _pre_form(residual)
+            assert isinstance(form, PlainForm)  # why_not_llama checked it
+            put(f"{base}.{name}.weight", residual.norm.weight * form.norm_scale)
+            if form.folded:
+                notes.add(form.folded)
     put("model.norm.weight", stack.ends.final_norm.weight)
     embeddings = model.embeddings
     tokens = embeddings.tokens.weight
@@ -111,9 +130,9 @@ def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Targ
     put("model.embed_tokens.weight", tokens * embeddings.scale)
     if not tied:
         put("lm_head.weight", output.tied.weight if output.tied is not None else output.weight)
-    folded = ("" if embeddings.scale == 1.0 else
-              f"the embeddings' √d scale ({embeddings.scale:.4g}) multiplied into the input "
-              "embedding, with the output projection stored untied")
+    folded = "; ".join(sorted(notes) + ([] if embeddings.scale == 1.0 else [
+        f"the embeddings' √d scale ({embeddings.scale:.4g}) multiplied into the input "
+        "embedding, with the output projection stored untied"]))
     plain = PlainModel(family="decoder", placement="pre", scheme=scheme, weights=weights,
                        eps=stack.ends.final_norm.eps, folded=folded)
     return plain, Target(ARCHITECTURE, AUTO_CLASS, llama)

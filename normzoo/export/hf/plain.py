@@ -1,13 +1,17 @@
 """A trained model read as a *plain* Post-LN or Pre-LN Transformer, with what folds folded in.
 
 ``transformers`` has architectures for the two classic placements only, so a scheme exports when
-its model *is* one of them once its extra constants are moved into the weights:
+its model *is* one of them once its extra constants are moved into the weights. Each residual
+connection says which form it has (:meth:`~normzoo.residual.base.Residual.plain_form`, a
+:class:`~normzoo.residual.base.PlainForm` or the reason it has none), so this module names no
+scheme. The built-ins that fold:
 
 * **DeepNorm** ``LN(αx + f(x))``: LN is scale-invariant, so this is ``LN(x + f(x)/α)`` with
   LN's ε divided by α² (the two are equal to the last bit of arithmetic only when ε matches).
   Dividing the last matrix and bias of each branch by α gives a Post-LN model.
 * **LayerScale** ``x + diag(l) f(LN(x))``: ``diag(l)`` multiplies the rows of each branch's last
   matrix and its bias, giving a Pre-LN model.
+* **LayerNorm Scaling** ``x + f(LN(x)/√l)``: 1/√l multiplies the norm's gain and bias.
 
 Everything else a scheme adds (Admin's per-channel ω, ResiDual's second stream, norms inside or
 after the branch, no norms at all) has no counterpart there and is refused with the reason.
@@ -27,34 +31,12 @@ from torch import nn
 from normzoo.errors import NormzooError
 from normzoo.models.families import DecoderModel, EncoderModel, Seq2SeqModel, TransformerModel
 from normzoo.nn.norms import LayerNorm
-from normzoo.residual.base import StreamEnds
-from normzoo.residual.deepnorm import DeepNormResidual
-from normzoo.residual.layerscale import LayerScaleResidual
-from normzoo.residual.post import PostLNResidual
-from normzoo.residual.pre import PreLNResidual
+from normzoo.residual.base import PlainForm, StreamEnds
 
 
 class NotMappable(NormzooError):
     """The model has no counterpart among ``transformers``' architectures (exit 2)."""
 
-
-# Why each built-in scheme that does not fold cannot be exported.
-UNMAPPABLE = {
-    "admin": "Admin scales the stream per channel before its LN, LN(ω ⊙ x + f(x)); with a "
-             "different ω per channel that is not LN of any rescaled Post-LN sum",
-    "resi_dual": "ResiDual carries a second, un-normalised stream that is added back at the "
-                 "end; no transformers architecture has two streams",
-    "rezero": "ReZero has no norms (x + α f(x)); every transformers architecture of these "
-              "families normalises its stream",
-    "sandwich": "Sandwich-LN normalises each branch's output as well, x + LN(f(LN(x))); no "
-                "transformers architecture has that second norm",
-    "peri": "Peri-LN normalises each branch's output and the embeddings; no transformers "
-            "architecture has those norms",
-    "subln": "Sub-LN puts a norm inside each branch (before W_o and the second feed-forward "
-             "matrix); no transformers architecture of these families has it",
-    "mixln": "Mix-LN mixes Post-LN and Pre-LN layers in one stack; every transformers "
-             "architecture uses one placement throughout",
-}
 
 Placement = Literal["post", "pre"]
 Linear = dict[str, torch.Tensor]  # a weight and its bias (zeros where the model has none)
@@ -77,31 +59,25 @@ class PlainModel:
                     if k.startswith(f"{stack}.") and k.split(".")[1].isdigit()})
 
 
-def _norm(norm: nn.Module, where: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+def _norm(norm: nn.Module, where: str, scale: float = 1.0
+          ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """A LayerNorm's gain, bias (times ``scale``: the norm's output scaled) and ε."""
     if not isinstance(norm, LayerNorm) or norm.weight is None:
         kind = "LayerNorm without a learned scale" if isinstance(norm, LayerNorm) else (
             type(norm).__name__)
         raise NotMappable(f"the {where} is {kind}; the transformers architectures normzoo maps "
                           "to use LayerNorm with a learned scale and bias (model.norm: layernorm)")
     bias = norm.bias if norm.bias is not None else torch.zeros_like(norm.weight)  # bias: false
-    return norm.weight.detach(), bias.detach(), norm.eps
+    return norm.weight.detach() * scale, bias.detach() * scale, norm.eps
 
 
-def _branch_scale(residual: nn.Module) -> tuple[Placement, torch.Tensor | float]:
-    """The placement a residual module reduces to and the factor its branch output takes.
-
-    Exact types: a plugin's subclass may compute something else in its ``forward``."""
-    kind = type(residual)
-    if kind is DeepNormResidual:
-        return "post", 1.0 / residual.alpha
-    if kind is PostLNResidual:
-        return "post", 1.0
-    if kind is LayerScaleResidual:
-        return "pre", residual.scale.detach()
-    if kind is PreLNResidual:
-        return "pre", 1.0
-    raise NotMappable(f"no transformers architecture computes {kind.__name__}: only Post-LN, "
-                      "Pre-LN and the schemes that fold into them (DeepNorm, LayerScale) export")
+def plain_form(residual: nn.Module) -> PlainForm:
+    """The connection's plain form, or :class:`NotMappable` with its reason."""
+    form = residual.plain_form() if hasattr(residual, "plain_form") else (
+        f"{type(residual).__name__} is not a residual connection normzoo knows")
+    if isinstance(form, str):
+        raise NotMappable(form)
+    return form
 
 
 def _linear(layer: nn.Linear, rows: slice = slice(None)) -> Linear:
@@ -139,27 +115,32 @@ class _Reader:
         self.weights: dict[str, torch.Tensor] = {}
         self.placements: set[Placement] = set()
         self.eps: set[float] = set()
-        self.alphas: dict[str, float] = {}
+        self.eps_scales: set[float] = set()
+        self.folded: dict[str, dict[str, str]] = {}  # what was folded -> {stack: constant}
 
     def put(self, prefix: str, tensors: dict[str, torch.Tensor]) -> None:
         for name, tensor in tensors.items():
             self.weights[f"{prefix}.{name}"] = tensor.detach().float().clone()
 
-    def norm(self, prefix: str, norm: nn.Module, where: str, stream: bool = True) -> None:
-        weight, bias, eps = _norm(norm, where)
+    def norm(self, prefix: str, norm: nn.Module, where: str, stream: bool = True,
+             scale: float = 1.0) -> None:
+        weight, bias, eps = _norm(norm, where, scale)
         self.put(prefix, {"weight": weight, "bias": bias})
         if stream:
             self.eps.add(eps)
 
     def sublayer(self, prefix: str, residual: nn.Module, parts: dict[str, Linear], last: str,
                  where: str) -> None:
-        placement, scale = _branch_scale(residual)
-        self.placements.add(placement)
-        if isinstance(residual, DeepNormResidual):
-            self.alphas[prefix.split(".")[0]] = residual.alpha
+        form = plain_form(residual)
+        self.placements.add(form.placement)
+        self.eps_scales.add(form.eps_scale)
+        if form.folded:
+            self.folded.setdefault(form.folded, {}).setdefault(prefix.split(".")[0],
+                                                               form.constant)
         for role, linear in parts.items():
-            self.put(f"{prefix}.{role}", _scaled(linear, scale) if role == last else linear)
-        self.norm(f"{prefix}_norm", residual.norm, where)
+            self.put(f"{prefix}.{role}",
+                     _scaled(linear, form.branch_scale) if role == last else linear)
+        self.norm(f"{prefix}_norm", residual.norm, where, scale=form.norm_scale)
 
     def stack(self, name: str, stack: nn.Module) -> None:
         if not isinstance(stack.embedding_norm, nn.Identity):
@@ -203,10 +184,19 @@ def _check_layers(model: TransformerModel) -> None:
                               "transformers architecture of these families has them")
 
 
+def _residuals(model: TransformerModel) -> list[nn.Module]:
+    return [getattr(layer, f"{kind}_residual") for stack in ("encoder", "decoder")
+            for layer in getattr(getattr(model, stack, None), "layers", [])
+            for kind in ("self_attn", "cross_attn", "ffn")
+            if getattr(layer, f"{kind}_residual", None) is not None]
+
+
 def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
-    """``model`` as a plain Post-LN or Pre-LN model, or :class:`NotMappable` saying why not."""
-    if scheme in UNMAPPABLE:
-        raise NotMappable(UNMAPPABLE[scheme])
+    """``model`` as a plain Post-LN or Pre-LN model, or :class:`NotMappable` saying why not.
+
+    ``scheme`` is the recipe's name for it, recorded for the model card."""
+    for residual in _residuals(model):  # the scheme first: the likeliest reason
+        plain_form(residual)
     _check_layers(model)
     reader = _Reader()
     if isinstance(model, Seq2SeqModel):
@@ -246,26 +236,25 @@ def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
         scheme=scheme,
         weights=reader.weights,
         eps=_stream_eps(reader),
-        folded=_folded(scheme, reader.alphas),
+        folded=_folded(reader.folded),
         embedding_norm=any(k.endswith("embedding_norm.weight") for k in reader.weights),
     )
 
 
 def _stream_eps(reader: _Reader) -> float:
     """The ε that makes the plain model equal the scheme's: DeepNorm's LN(αy) with ε is
-    LN(y) with ε/α², exact only where one stack (one α) is exported."""
+    LN(y) with ε/α², exact only where every connection scales ε alike (one α: one stack)."""
     eps = max(reader.eps) if reader.eps else 1e-5
-    if len(reader.alphas) == 1:
-        (alpha,) = reader.alphas.values()
-        return eps / alpha**2
+    if len(reader.eps_scales) == 1:
+        (scale,) = reader.eps_scales
+        return eps * scale
     return eps
 
 
-def _folded(scheme: str, alphas: dict[str, float]) -> str:
-    if scheme == "deepnorm":
-        each = ", ".join(f"{stack} α = {alpha:.4g}" for stack, alpha in alphas.items())
-        return (f"DeepNorm's LN(αx + f(x)) = LN(x + f(x)/α): each branch's output matrix and "
-                f"bias divided by α ({each})")
-    if scheme == "layerscale":
-        return "LayerScale's diag(l) multiplied into each branch's output matrix and bias"
-    return ""
+def _folded(folded: dict[str, dict[str, str]]) -> str:
+    """What was moved into the weights, with each stack's constant where there is one."""
+    parts = []
+    for text, stacks in folded.items():
+        each = ", ".join(f"{stack} {constant}" for stack, constant in stacks.items() if constant)
+        parts.append(f"{text} ({each})" if each else text)
+    return "; ".join(parts)
