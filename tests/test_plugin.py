@@ -265,3 +265,73 @@ def test_bad_plugin_options_are_config_errors(site, change, path, words):
         assemble({**TINY, "family": "decoder", **change})
     assert [p.path for p in caught.value.problems] == [path]
     assert words in caught.value.problems[0].message
+
+
+def test_the_plugin_measures_its_branch_gains_through_the_data_init_hooks(site):
+    """gpt2_scaled's data_init: every hook of the contract's data-dependent init, written from
+    outside normzoo: each branch's output becomes 1/sqrt(N) of the stream it joins on the
+    measured batch; the state round-trips; a model with gains set needs no second pass."""
+    torch.manual_seed(0)
+    model = assemble({**TINY, "family": "decoder",
+                      "residual": {"name": "gpt2_scaled", "data_init": True}})
+    scheme = model.scheme
+    assert scheme.needs_data_init(model) and scheme.data_init_state(model) is None
+    tokens = torch.randint(1, 30, (4, 9))
+    seen = []  # (stream in, branch out) of each connection, during a second pass
+    state = scheme.data_init(model, lambda: model(tokens))
+    assert len(state["gains"]) == 4 and all(g > 0 for g in state["gains"])
+    assert not scheme.needs_data_init(model) and scheme.data_init_state(model) == state
+    for module in model.modules():
+        if type(module).__name__ == "PreNormResidual":
+            module.register_forward_hook(
+                lambda m, args, out: seen.append((args[0], out - args[0], m.branch_share)))
+    with torch.no_grad():
+        model(tokens)
+    for x, added, share in seen:  # the first connection's measurement holds exactly
+        ratio = added.pow(2).mean().sqrt() / x.pow(2).mean().sqrt()
+        assert ratio.item() == pytest.approx(share, rel=1e-4)
+        break
+    twin = assemble({**TINY, "family": "decoder",
+                     "residual": {"name": "gpt2_scaled", "data_init": True}})
+    scheme.load_data_init(twin, state)  # rank 0's gains, as every other process takes them
+    assert scheme.data_init_state(twin) == state
+    assert "measured 4 branch gains" in scheme.describe_data_init(state)
+
+
+def test_the_plugin_declares_its_gains_optimizer_options_and_export_form(site):
+    from normzoo.recipe import OptimConfig
+    from normzoo.residual import PlainForm
+    from normzoo.tasks.optim import build_optimizer
+
+    model = assemble({**TINY, "family": "decoder",
+                      "residual": {"name": "gpt2_scaled", "data_init": True}})
+    optimizer, _ = build_optimizer(model, OptimConfig(lr=1e-3, weight_decay=0.1), 10)
+    groups = {g["name"]: g for g in optimizer.param_groups}
+    gains = {id(m.gain) for m in model.modules() if getattr(m, "gain", None) is not None}
+    assert {id(p) for p in groups["lr_0_0.1"]["params"]} == gains and len(gains) == 4
+    form = model.decoder.layers[0].ffn_residual.plain_form()
+    assert isinstance(form, PlainForm) and form.placement == "pre" and form.branch_scale == 0.0
+    with pytest.raises(ConfigError) as caught:  # the scheme's recipe_problem, by its options
+        from normzoo.recipe import from_dict
+
+        from_dict({"task": "causal_lm", "trainer": {"strategy": "fsdp"},
+                   "model": {"residual": {"name": "gpt2_scaled", "data_init": True}}})
+    assert "data_init is not supported with trainer.strategy=fsdp" in str(caught.value)
+
+
+def test_a_plugin_scheme_initialised_from_data_trains_and_records_it(site, tmp_path, monkeypatch):
+    """Through `normzoo train`'s task: the first batch sets the gains before the first update,
+    the checkpoint records them under normzoo.data_init."""
+    from tiny import tiny
+
+    from normzoo.recipe import from_dict
+    from normzoo.run import training as train
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            model={"residual": {"name": "gpt2_scaled", "data_init": True}},
+                            trainer={"max_steps": 2, "val_every_steps": 2}))
+    train.run(recipe, "tiny.yaml")
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    gains = saved["normzoo"]["data_init"]["gains"]
+    assert len(gains) == 2 + 3 and all(g > 0 for g in gains)  # 1+1 layers: 2 + 3 connections
