@@ -16,8 +16,8 @@ from normzoo.models.config import ModelConfig
 from normzoo.recipe import from_dict
 from normzoo.run.machine import parameter_count
 
-SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "peri",
-           "mixln", "resi_dual", "admin"]
+SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns",
+           "hyper", "peri", "mixln", "resi_dual", "admin"]
 FAMILIES = ["encoder", "decoder", "encoder_decoder"]
 
 

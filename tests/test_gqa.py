@@ -11,8 +11,8 @@ from normzoo.models import assemble
 from normzoo.nn.attention import MultiheadAttention
 
 DIM, HEADS, HEAD_DIM = 32, 4, 8
-SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "peri",
-           "mixln", "resi_dual", "admin"]
+SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns",
+           "hyper", "peri", "mixln", "resi_dual", "admin"]
 
 
 def config(**changes):

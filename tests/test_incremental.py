@@ -14,8 +14,8 @@ import torch
 from normzoo.models import assemble
 
 SCHEMES = [
-    "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "peri", "mixln",
-    "resi_dual", "admin",
+    "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "hyper",
+    "peri", "mixln", "resi_dual", "admin",
 ]
 VOCAB, PAD = 31, 0
 

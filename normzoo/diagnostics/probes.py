@@ -62,12 +62,13 @@ def _stream(x):
 
 
 def _real(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as ``[tokens, dim]``, padding positions dropped."""
+    """``x`` as ``[tokens, dim]``, padding positions dropped. A stream of several copies
+    (``[batch, time, copies, dim]``, Hyper-Connections) counts every copy of every real token."""
     mask = current_padding_mask()
-    flat = x.detach().float().reshape(-1, x.shape[-1])
-    if mask is not None and mask.shape == x.shape[:-1]:
-        flat = flat[~mask.reshape(-1)]
-    return flat
+    x = x.detach().float()
+    if mask is not None and mask.shape == x.shape[:mask.dim()] and x.dim() > mask.dim():
+        x = x[~mask]
+    return x.reshape(-1, x.shape[-1])
 
 
 def mean_norm(x: torch.Tensor) -> float:

@@ -1,0 +1,160 @@
+"""Hyper-Connections (``hyper``): equal to the reference implementation (lucidrains'
+``hyper-connections``, a test extra) with the same parameters, static and dynamic; the paper's
+initialisation; n copies in every family, with the KV cache; the connections are not
+weight-decayed; the exports refuse it with the reason."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normzoo.models import assemble
+from normzoo.residual import Family, StackInfo
+from normzoo.residual.hyper import Hyper, HyperResidual
+
+SMALL = {"vocab_size": 61, "d_model": 32, "heads": 4, "ffn_dim": 64, "encoder_layers": 2,
+         "decoder_layers": 2, "dropout": 0.0}
+
+
+class ReferenceRMSNorm(nn.Module):
+    """The reference's norm of H for the dynamic weights: normalize * sqrt(d) * (gamma + 1)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1) * math.sqrt(x.shape[-1]) * (self.gamma + 1)
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("index", [0, 5])
+def test_a_hyper_connection_equals_the_reference(dynamic: bool, index: int):
+    reference = pytest.importorskip("hyper_connections")
+    torch.manual_seed(0)
+    streams, dim = 3, 16
+    pre_norm, branch = nn.LayerNorm(dim), nn.Linear(dim, dim)
+    ours = HyperResidual(pre_norm, ReferenceRMSNorm(dim) if dynamic else None, streams, dim,
+                         index)
+    theirs = reference.HyperConnections(streams, dim=dim, branch=nn.Sequential(pre_norm, branch),
+                                        layer_index=index)
+    # The paper's init, as the reference draws it: alpha_m = e_(k mod n), A_r = I, beta = 1.
+    torch.testing.assert_close(ours.static_alpha, theirs.static_alpha)
+    torch.testing.assert_close(ours.static_beta, theirs.static_beta)
+    with torch.no_grad():  # trained-looking values, the same on both sides
+        for p in ours.parameters():
+            if p is not pre_norm.weight and p is not pre_norm.bias:
+                p.add_(0.3 * torch.randn_like(p))
+        theirs.static_alpha.copy_(ours.static_alpha)
+        theirs.static_beta.copy_(ours.static_beta)
+        if dynamic:
+            theirs.norm.gamma.copy_(ours.mix_norm.gamma)
+            theirs.dynamic_alpha_fn.copy_(ours.dynamic_alpha)
+            theirs.dynamic_alpha_scale.copy_(ours.dynamic_alpha_scale)
+            theirs.dynamic_beta_fn.copy_(ours.dynamic_beta)
+            theirs.dynamic_beta_scale.copy_(ours.dynamic_beta_scale)
+        else:  # static: the reference's dynamic parts at zero
+            theirs.dynamic_alpha_fn.zero_()
+            theirs.dynamic_beta_fn.zero_()
+    h = torch.randn(2, 5, streams, dim)  # ours: [batch, time, copies, d]
+    expected = theirs(h.permute(0, 2, 1, 3).reshape(2 * streams, 5, dim))  # theirs: (b s) t d
+    expected = expected.reshape(2, streams, 5, dim).permute(0, 2, 1, 3)
+    torch.testing.assert_close(ours(h, branch), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_stack_starts_from_n_copies_and_ends_with_their_sum():
+    stack = StackInfo(Family.DECODER, "decoder", 0, 3, 8)
+    scheme = Hyper(stack, streams=4)
+    ends = scheme.ends(lambda: nn.Identity())
+    x = torch.randn(2, 5, 8)
+    state = ends.begin(x)
+    assert state.shape == (2, 5, 4, 8) and torch.equal(state[:, :, 2], x)
+    torch.testing.assert_close(ends(state), 4 * x)
+    # At init each connection reads copy (k mod n) and writes its output into all of them.
+    residual = scheme.residual(_site(stack, 1), lambda: nn.Identity())
+    out = residual(state + torch.arange(4.0)[:, None], lambda h: 10 * h)
+    # Layer 1's self-attention is the stack's connection k = 2: it reads copy 2 (x + 2).
+    torch.testing.assert_close(out, state + torch.arange(4.0)[:, None]
+                               + 10 * (x + 2.0).unsqueeze(-2))
+
+
+def _site(stack: StackInfo, layer: int):
+    from normzoo.residual import Site, SublayerKind
+
+    return Site(stack, layer, SublayerKind.SELF_ATTN)  # index 2 * layer
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_incremental_decoding_with_n_copies_equals_the_full_forward(family: str, dynamic: bool):
+    torch.manual_seed(1)
+    model = assemble({**SMALL, "family": family, "positions": "rope",
+                      "residual": {"name": "hyper", "streams": 3, "dynamic": dynamic}}).eval()
+    with torch.no_grad():  # away from the init, where dynamic parts are zero
+        for name, p in model.named_parameters():
+            if "dynamic" in name:
+                p.normal_(0, 0.3)
+    tgt = torch.randint(4, 61, (2, 6))
+    with torch.no_grad():
+        if family == "decoder":
+            full = model(tgt)
+            cache = model.new_cache()
+            steps = [model(tgt[:, i:i + 1], cache=cache) for i in range(6)]
+        else:
+            src = torch.randint(4, 61, (2, 5))
+            full = model(src, tgt)
+            memory, pad = model.encode(src)
+            cache = model.new_cache()
+            steps = [model.decode(tgt[:, i:i + 1], memory, pad, cache=cache) for i in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_the_connections_are_not_weight_decayed_and_the_exports_refuse_hyper():
+    from normzoo.export.hf.plain import NotMappable, plain_model
+    from normzoo.recipe import OptimConfig
+    from normzoo.tasks.optim import build_optimizer
+
+    model = assemble({**SMALL, "family": "encoder", "residual": "hyper"})
+    optimizer, _ = build_optimizer(model, OptimConfig(weight_decay=0.1), 10)
+    decayed = {id(p) for p in optimizer.param_groups[0]["params"]}
+    mixing = [p for n, p in model.named_parameters()
+              if n.endswith(("static_alpha", "dynamic_alpha"))]
+    assert mixing and all(p.dim() == 2 and id(p) not in decayed for p in mixing)
+    with pytest.raises(NotMappable, match="HyperResidual"):
+        plain_model(model, "hyper")
+
+
+def test_hyper_trains_a_step_in_every_family():
+    for family in ("encoder", "decoder", "encoder_decoder"):
+        torch.manual_seed(2)
+        model = assemble({**SMALL, "family": family, "residual": {"name": "hyper", "streams": 2}})
+        tokens = torch.randint(4, 61, (2, 6))
+        logits = model(tokens, tokens) if family == "encoder_decoder" else model(tokens)
+        logits.float().logsumexp(-1).mean().backward()
+        grads = [p.grad for n, p in model.named_parameters() if "static_beta" in n]
+        assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_the_diagnostics_read_every_copy_of_the_stream_without_the_padding():
+    from normzoo.diagnostics.probes import probe
+
+    torch.manual_seed(3)
+    model = assemble({**SMALL, "family": "encoder",
+                      "residual": {"name": "hyper", "streams": 2}}).eval()
+    tokens = torch.randint(4, 61, (2, 6))
+    tokens[1, 4:] = 0  # padding
+    seen = {}
+    model.encoder.layers[0].register_forward_hook(
+        lambda m, args, out: seen.__setitem__("out", out))
+    with probe(model) as found:
+        model(tokens)
+    out = seen["out"]
+    real = out[tokens.ne(0)]  # [real tokens, copies, d]
+    assert real.shape[1:] == (2, 32)
+    expected = real.reshape(-1, 32).norm(dim=-1).mean().item()
+    assert found.stream_norm["encoder.layers.0"] == pytest.approx(expected, rel=1e-5)
+    assert found.branch_ratio["encoder.layers.0.ffn"] > 0
