@@ -158,3 +158,77 @@ def test_the_diagnostics_read_every_copy_of_the_stream_without_the_padding():
     expected = real.reshape(-1, 32).norm(dim=-1).mean().item()
     assert found.stream_norm["encoder.layers.0"] == pytest.approx(expected, rel=1e-5)
     assert found.branch_ratio["encoder.layers.0.ffn"] > 0
+
+
+# -- mHC: the same streams, the residual mixing made doubly stochastic ---------------------------
+@pytest.mark.parametrize("index", [0, 3])
+def test_an_mhc_connection_equals_the_reference(index: int):
+    reference = pytest.importorskip("hyper_connections.manifold_constrained_hyper_connections")
+    from normzoo.residual.mhc import MHCResidual
+
+    torch.manual_seed(4)
+    streams, dim = 3, 16
+    pre_norm, branch = nn.LayerNorm(dim), nn.Linear(dim, dim)
+    ours = MHCResidual(pre_norm, ReferenceRMSNorm(dim), streams, dim, index, sinkhorn_iters=20)
+    theirs = reference.ManifoldConstrainedHyperConnections(
+        streams, dim=dim, branch=nn.Sequential(pre_norm, branch), layer_index=index)
+    torch.testing.assert_close(ours.static_alpha, theirs.static_alpha)
+    with torch.no_grad():
+        for p in ours.parameters():
+            if p is not pre_norm.weight and p is not pre_norm.bias:
+                p.add_(0.3 * torch.randn_like(p))
+        theirs.static_alpha.copy_(ours.static_alpha)
+        theirs.dynamic_alpha_fn.copy_(ours.dynamic_alpha[None])
+        theirs.pre_branch_scale.copy_(ours.pre_scale)
+        theirs.residual_scale.copy_(ours.residual_scale)
+        theirs.static_beta.copy_(ours.static_beta)
+        theirs.dynamic_beta_fn.copy_(ours.dynamic_beta)
+        theirs.h_post_scale.copy_(ours.post_scale)
+        theirs.norm.gamma.copy_(ours.mix_norm.gamma)
+    h = torch.randn(2, 5, streams, dim)
+    expected = theirs(h.permute(0, 2, 1, 3).reshape(2 * streams, 5, dim))
+    expected = expected.reshape(2, streams, 5, dim).permute(0, 2, 1, 3)
+    torch.testing.assert_close(ours(h, branch), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_residual_mixing_of_mhc_is_doubly_stochastic():
+    from normzoo.residual.mhc import sinkhorn_knopp
+
+    torch.manual_seed(5)
+    ones = torch.ones(7, 4)
+    for spread, iterations, columns in ((1.0, 20, 1e-3), (3.0, 500, 1e-4)):
+        # Rows sum to 1 exactly (normalised last); columns approach it as iterations grow, more
+        # slowly the more the logits spread.
+        mix = sinkhorn_knopp(spread * torch.randn(7, 4, 4), iterations)
+        torch.testing.assert_close(mix.sum(-1), ones, rtol=0, atol=1e-5)
+        torch.testing.assert_close(mix.sum(-2), ones, rtol=0, atol=columns)
+        assert (mix >= 0).all()
+    model = assemble({**SMALL, "family": "decoder", "residual": {"name": "mhc", "streams": 3}})
+    residual = model.decoder.layers[1].ffn_residual
+    alpha, beta = residual.connections(torch.randn(2, 5, 3, 32))
+    torch.testing.assert_close(alpha[..., 1:].sum(-1), torch.ones(2, 5, 3), rtol=0, atol=1e-5)
+    assert ((beta > 0) & (beta < 2)).all() and ((alpha[..., 0] > 0) & (alpha[..., 0] < 1)).all()
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_mhc_decodes_incrementally_as_its_full_forward_and_trains(family: str):
+    torch.manual_seed(6)
+    model = assemble({**SMALL, "family": family, "residual": {"name": "mhc", "streams": 2,
+                                                             "sinkhorn_iters": 5}}).eval()
+    tgt = torch.randint(4, 61, (2, 6))
+    with torch.no_grad():
+        if family == "decoder":
+            full = model(tgt)
+            cache = model.new_cache()
+            steps = [model(tgt[:, i:i + 1], cache=cache) for i in range(6)]
+        else:
+            src = torch.randint(4, 61, (2, 5))
+            full = model(src, tgt)
+            memory, pad = model.encode(src)
+            cache = model.new_cache()
+            steps = [model.decode(tgt[:, i:i + 1], memory, pad, cache=cache) for i in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    model.train()
+    logits = model(tgt) if family == "decoder" else model(tgt, tgt)
+    logits.float().logsumexp(-1).mean().backward()
+    assert model.decoder.layers[0].ffn_residual.dynamic_alpha.grad.abs().sum() > 0
