@@ -79,8 +79,13 @@ def test_verdicts_are_seed_aware_and_missing_cells_are_pending(report):
     assert _row(text, "builtin", "Mix-LN")[5].startswith("higher test loss: not shown")
     deepnorm = _row(text, "builtin", "DeepNorm")
     assert deepnorm[1] == "2" and deepnorm[5].startswith("higher test loss: indicated")
-    assert "- DeepNorm against Pre-LN, higher test loss: indicated: 2 seeds a side" in text
-    assert "no per-sentence scores" in text  # the seeds' test decides alone, and says so
+    assert "the seeds' test decides alone" in text
+    shows = text.split("## What the verdicts show\n")[1].split("\n## ")[0]
+    assert "lower test loss than Pre-LN shown: Peri-LN (-0.200 nats, Welch p = " in shows
+    assert "higher test loss than Pre-LN indicated: DeepNorm (+0.500 nats" in shows
+    assert "higher test loss than Pre-LN not shown: Mix-LN (+0.003 nats" in shows
+    assert "Holm's correction for making them together keeps 1 of the 1 shown: Peri-LN on " \
+           "builtin." in shows
     for word in ("better", "worse", "spread rule"):
         assert word not in text.split("## builtin")[1]
     pre = _row(text, "builtin", "Pre-LN")
@@ -94,12 +99,21 @@ def test_verdicts_are_seed_aware_and_missing_cells_are_pending(report):
 
 
 def test_two_seeds_a_side_are_at_most_indicated():
-    assert study_llama.verdict([3.00, 3.01], [2.50, 2.51])[0].startswith(
-        "lower test loss: indicated")
-    assert study_llama.verdict([3.00, 3.01, 3.02], [2.50, 2.51, 2.52])[0].startswith(
-        "lower test loss: **shown**")
-    assert study_llama.verdict([3.00, 3.10, 3.05], [3.02, 3.08, 3.04])[0].startswith(
-        "lower test loss: not shown")
+    assert study_llama.verdict([3.00, 3.01], [2.50, 2.51])[:2] == ("lower test loss",
+                                                                   "indicated")
+    assert study_llama.verdict([3.00, 3.01, 3.02], [2.50, 2.51, 2.52])[:2] == (
+        "lower test loss", "shown")
+    assert study_llama.verdict([3.00, 3.10, 3.05], [3.02, 3.08, 3.04])[:2] == (
+        "lower test loss", "not shown")
+    assert study_llama.verdict([3.00, 3.10, 3.05], [3.50, 3.60, 3.55])[:2] == (
+        "higher test loss", "shown")
+
+
+def test_holm_keeps_what_survives_testing_together():
+    # Thresholds 0.05/4, 0.05/3, 0.05/2, 0.05: the third smallest (0.03) fails 0.025 and stops.
+    assert study_llama.holm([0.03, 0.001, 0.04, 0.012]) == [False, True, False, True]
+    assert study_llama.holm([0.2, 0.01]) == [False, True]
+    assert study_llama.holm([]) == []
 
 
 def test_the_report_prints_each_sweep_that_ran():
