@@ -40,6 +40,10 @@ def test_the_final_test_decodes_on_the_training_device(tmp_path: Path,
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(translate, "translate_dataset", recording)
+    from normzoo.run import final_test
+
+    # The best validation point at step 2, so steps 2 and 4 are the converged stretch averaged.
+    monkeypatch.setattr(final_test, "best_checkpoint_step", lambda trainer: 2)
     recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
                             trainer={"max_steps": 4, "val_every_steps": 2, "keep_checkpoints": 2,
                                      "accelerator": accelerator, "devices": 1},

@@ -76,9 +76,10 @@ def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float
     if not sentence_test:
         bootstrap_p = 0.0 if by_seeds else None
     by_sentences = bootstrap_p is not None and bootstrap_p < alpha
-    tests = (f"seeds: Welch p = {_p(seed_p)}; sentences: paired bootstrap p = "
+    seed_text = _p(seed_p) if seed_p is not None else "– (fewer than two seeds a side)"
+    tests = (f"seeds: Welch p = {seed_text}; sentences: paired bootstrap p = "
              f"{_p(bootstrap_p)}" if sentence_test else
-             f"seeds: Welch p = {_p(seed_p)}; no per-sentence scores, so the test set's noise "
+             f"seeds: Welch p = {seed_text}; no per-sentence scores, so the test set's noise "
              "is not tested apart from the seeds'")
     if len(set(precisions)) > 1:
         return Verdict(NOT_SHOWN, f"the runs trained in different precisions "
@@ -91,7 +92,8 @@ def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float
                            f"seeds' spread needs ({tests})")
         return Verdict(NOT_SHOWN, f"no test finds a difference ({few} a side; {tests})")
     if by_seeds and by_sentences:
-        return Verdict(SHOWN, f"both tests below {alpha} over {seeds}+ seeds a side ({tests})")
+        which = "both tests" if sentence_test else "the seeds' test"
+        return Verdict(SHOWN, f"{which} below {alpha} over {seeds}+ seeds a side ({tests})")
     if by_sentences:
         return Verdict(INDICATED, f"significant over these sentences, but the seeds' spread "
                        f"could give it ({tests})")
@@ -103,5 +105,5 @@ def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float
 
 def _p(value: float | None) -> str:
     if value is None:
-        return "– (too few seeds)"
+        return "–"
     return "0" if value == 0 else f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
