@@ -241,6 +241,8 @@ CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vo
                "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming",
                "data.max_len", "data.max_tokens", "eval.average_last",
                "trainer.keep_checkpoints", "model.kv_heads", "model.positions",
+               # a registered norm's name (any text is not one)
+               "model.qk_norm",
                # the schedule's rules tie it to trainer.max_steps and the warm-up; a tokenizer
                # path goes with type: file
                "optim.schedule", "optim.warmup_steps", "optim.decay_steps",
