@@ -408,3 +408,41 @@ def test_admin_profiled_is_refused_under_fsdp():
                    "model": {"residual": {"name": "admin", "init": "profiled"}}})
     assert [p.path for p in caught.value.problems] == ["model.residual"]
     assert "fsdp" in str(caught.value)
+
+
+def test_a_schemes_after_step_runs_once_per_real_update(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch):
+    """The contract's after_step hook: called after each optimizer update with the updated
+    weights, once per update also under gradient accumulation (4 updates of 2 batches each)."""
+    from tiny import tiny
+
+    from normzoo.residual.pre import PreLN
+    from normzoo.tasks import base
+
+    calls: list[int] = []
+
+    class Constrained(PreLN):
+        @classmethod
+        def after_step(cls, model):  # a constraint a scheme could impose: unit-norm rows
+            calls.append(1)
+            with torch.no_grad():
+                weight = model.decoder.layers[0].ffn.ffn_out.weight
+                weight.div_(weight.norm(dim=1, keepdim=True))
+
+    real_assemble = base.assemble
+
+    def assemble(*args, **kwargs):  # a Pre-LN model whose scheme constrains it
+        model = real_assemble(*args, **kwargs)
+        model.scheme = Constrained
+        return model
+
+    monkeypatch.setattr(base, "assemble", assemble)
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            trainer={"max_steps": 4, "val_every_steps": 4,
+                                     "accumulate": 2}))
+    train.run(recipe, "tiny.yaml")
+    assert len(calls) == 4  # one per update, not per batch
+    state = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    rows = state["state_dict"]["model.decoder.layers.0.ffn.ffn_out.weight"].norm(dim=1)
+    torch.testing.assert_close(rows, torch.ones_like(rows))

@@ -333,6 +333,15 @@ class ResidualScheme:
         """One log line for a state :meth:`data_init` set."""
         return f"{cls.__name__} initialised from data: {dict(state)}"
 
+    # -- after every update ---------------------------------------------------------------------
+    @classmethod
+    def after_step(cls, model: nn.Module) -> None:
+        """Called once after every optimizer update, with the updated weights, on every
+        process: a scheme whose weights live on a constraint set projects them back onto it
+        (nGPT re-normalises its matrices' rows after each step). Not called for the batches a
+        gradient accumulation only accumulates. Under FSDP each process holds a shard of every
+        flat parameter: a scheme that needs whole rows refuses FSDP in :meth:`recipe_problem`."""
+
     @classmethod
     def recipe_problem(cls, options: Mapping[str, Any], strategy: str) -> str | None:
         """Why the scheme with ``options`` cannot train under ``trainer.strategy`` (a message

@@ -198,6 +198,15 @@ class NormzooTask(L.LightningModule):
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train"}}
 
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:
+        """One update, then the scheme's constraint on the updated weights
+        (:meth:`ResidualScheme.after_step <normzoo.residual.base.ResidualScheme.after_step>`).
+        Lightning calls this once per real update, after the accumulated batches' backward
+        passes, so the constraint never sees a half-accumulated state; under DDP every process
+        makes the same update and applies it to the same weights."""
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        self.model.scheme.after_step(self.model)
+
     def global_token_mean(self, loss_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """The training loss: this process's summed token losses over the tokens of the whole
         global batch (all processes), times the number of processes.
