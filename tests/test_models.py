@@ -451,3 +451,31 @@ def test_embeddings_scale_and_positions():
     # Incremental offsets continue the position table where the prefix stopped.
     torch.testing.assert_close(emb(seq[:, 3:], offset=3), expected[:, 3:])
     assert torch.equal(emb.tokens.weight[PAD], torch.zeros(16))
+
+
+def test_a_schemes_ends_decide_how_the_logits_leave():
+    """StreamEnds.logits: the contract's hook for a decoder's logits (nGPT's scaled cosine
+    logits); the default is the output projection. Training, full and incremental decoding
+    all go through it."""
+    from normzoo.residual.base import StreamEnds
+
+    class Doubled(StreamEnds):
+        def logits(self, hidden, output):
+            return 2 * output(hidden)
+
+    torch.manual_seed(0)
+    for family in ("decoder", "encoder_decoder"):
+        config = {"family": family, "vocab_size": 40, "d_model": 16, "heads": 2,
+                  "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 2, "dropout": 0.0}
+        model = assemble(config).eval()
+        tokens = torch.randint(4, 40, (2, 5))
+        inputs = (tokens,) if family == "decoder" else (tokens, tokens)
+        with torch.no_grad():
+            plain = model(*inputs)
+            final = model.decoder.ends.final_norm
+            model.decoder.ends = Doubled(final)
+            torch.testing.assert_close(model(*inputs), 2 * plain)
+            if family == "decoder":
+                cache = model.new_cache()
+                steps = torch.cat([model(tokens[:, i:i + 1], cache=cache) for i in range(5)], 1)
+                torch.testing.assert_close(steps, 2 * plain, rtol=1e-5, atol=1e-5)

@@ -121,7 +121,7 @@ class DecoderModel(TransformerModel):
             norm_padding_mask=self.padding_mask(tokens),
             cache=cache,
         )
-        return self.output(h)
+        return self.decoder.ends.logits(h, self.output)
 
 
 class Seq2SeqModel(TransformerModel):
@@ -161,7 +161,7 @@ class Seq2SeqModel(TransformerModel):
             norm_padding_mask=self.padding_mask(tgt),
             cache=cache,
         )
-        return self.output(h)
+        return self.decoder.ends.logits(h, self.output)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``[B, T, vocab]`` for target input ``tgt`` given ``src``."""

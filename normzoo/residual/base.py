@@ -182,6 +182,14 @@ class StreamEnds(nn.Module):
     def forward(self, state: Stream) -> torch.Tensor:
         return state if self.final_norm is None else self.final_norm(state)
 
+    def logits(self, hidden: torch.Tensor, output: nn.Module) -> torch.Tensor:
+        """A decoder's logits from its output ``hidden`` and the model's output projection
+        ``output`` (the tied embedding or a matrix; its weight is ``output.weight`` or
+        ``output.tied.weight``): by default ``output(hidden)``. A scheme whose logits leave
+        another way overrides it (nGPT's cosine similarity to the normalised embeddings, scaled
+        per token by a learned s_z)."""
+        return output(hidden)
+
 
 def xavier_normal_role(weight: torch.Tensor, gain: float) -> None:
     """Re-initialise one role's matrix (possibly a slice of a fused one) with xavier_normal.
