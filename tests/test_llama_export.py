@@ -169,3 +169,30 @@ def test_layernorm_scaling_exports_as_llama_with_its_scale_in_the_norm_gains():
     ids = torch.randint(4, 50, (2, 7))
     with torch.no_grad():
         torch.testing.assert_close(hf_model(ids).logits, model(ids), rtol=0, atol=1e-5)
+
+
+def test_a_qk_norm_decoder_exports_as_qwen3_with_the_same_logits():
+    """model.qk_norm: rmsnorm is Qwen3's attention (q_norm, k_norm before RoPE): the same
+    weights in Qwen3ForCausalLM give the same logits; another QK-norm is refused by name."""
+    from normzoo.export.hf.llama import llama
+
+    config = ModelConfig.parse({**SIZES, "qk_norm": "rmsnorm", "kv_heads": 2})
+    model = assemble(config, vocab_size=50).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+    mapped = llama_target(model, "pre")
+    assert mapped is not None
+    plain, target = mapped
+    assert target.architecture == "Qwen3ForCausalLM"
+    hf_config, weights = target.build(plain, config.with_vocab(50))
+    assert hf_config.architectures == ["Qwen3ForCausalLM"]
+    hf_model = transformers.Qwen3ForCausalLM(hf_config).eval()
+    hf_model.load_state_dict(weights)
+    ids = torch.randint(4, 50, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(hf_model(ids).logits, model(ids), rtol=0, atol=1e-5)
+    assert llama is target.build
+    other = assemble(ModelConfig.parse({**SIZES, "qk_norm": "layernorm"}), vocab_size=50)
+    assert "not an RMSNorm" in why_not_llama(other)

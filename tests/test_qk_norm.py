@@ -1,7 +1,8 @@
 """QK-norm (``model.qk_norm``): a norm of one head's width on every head's queries and keys,
 before the rotation. Equal to transformers' Qwen3 attention with the same weights; the KV
 cache holds the normalised keys, so incremental decoding equals the full forward; any scheme
-takes it; an export that has no counterpart refuses it by name."""
+takes it; an export that has no counterpart refuses it by name (a Llama-style decoder with
+``qk_norm: rmsnorm`` exports as Qwen3: tests/test_llama_export.py)."""
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def test_exports_without_a_counterpart_refuse_qk_norm_by_name():
     from normzoo.export.hf.plain import NotMappable, plain_model
 
     llama = assemble({**SMALL, "family": "decoder", "positions": "rope", "activation": "swiglu",
-                      "bias": False, "norm": "rmsnorm", "embed_scale": False})
+                      "bias": False, "norm": "rmsnorm", "embed_scale": False,
+                      "qk_norm": "scalenorm"})  # rmsnorm maps to Qwen3 (test_llama_export)
     assert "model.qk_norm" in why_not_llama(llama)
     with pytest.raises(NotMappable, match=r"model\.qk_norm"):
         plain_model(assemble({**SMALL, "family": "encoder"}), "pre")

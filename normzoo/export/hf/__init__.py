@@ -1,8 +1,8 @@
 """``normzoo export --format hf``: a directory that ``transformers`` loads with its Auto classes.
 
 A decoder that is exactly a Llama (Pre-LN, RMSNorm, rotary positions, SwiGLU, no biases) goes to
-``LlamaForCausalLM`` (:mod:`normzoo.export.hf.llama`); any other model is read as a plain Post-LN
-or Pre-LN model (:mod:`normzoo.export.hf.plain`, folding what folds) and renamed onto the
+``LlamaForCausalLM``, or with RMSNorm QK-norm to ``Qwen3ForCausalLM``
+(:mod:`normzoo.export.hf.llama`); any other model is read as a plain Post-LN or Pre-LN model (:mod:`normzoo.export.hf.plain`, folding what folds) and renamed onto the
 ``transformers`` architecture with the same layers (:mod:`normzoo.export.hf.architectures`).
 Either is written with ``save_pretrained`` beside a fast tokenizer, a generation config and a
 model card. Before the directory is published the export
@@ -177,7 +177,8 @@ def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
     if llama is not None:
         plain, target = llama
     elif loaded.model.config.positions == "rope":  # no other target has rotary positions
-        raise NotMappable("rotary positions export only as LlamaForCausalLM, and this model is "
+        raise NotMappable("rotary positions export only as LlamaForCausalLM (or Qwen3ForCausalLM "
+                          "with QK-norm), and this model is "
                           f"not a Llama: {why_not_llama(loaded.model)}")
     else:
         plain = plain_model(loaded.model, scheme)

@@ -14,6 +14,10 @@ by √d (``embed_scale: true``) exports with the factor folded into the input em
 output projection stored untied. Anything else returns ``None`` from :func:`llama_target`, and
 the model goes to the plain Post-LN/Pre-LN targets (:mod:`normzoo.export.hf.architectures`),
 which say why they cannot take it if they cannot.
+
+QK-norm (``model.qk_norm: rmsnorm``, a learned per-head scale shared across heads, before the
+rotation) is Qwen3's attention: such a decoder exports as ``Qwen3ForCausalLM``, which is the
+Llama above plus ``q_norm`` and ``k_norm`` on every head's queries and keys.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from normzoo.nn.norms import RMSNorm
 from normzoo.residual.base import PlainForm, StreamEnds
 
 ARCHITECTURE = "LlamaForCausalLM"
+QK_NORM_ARCHITECTURE = "Qwen3ForCausalLM"  # Llama with a per-head RMSNorm on q and k
 AUTO_CLASS = "AutoModelForCausalLM"
 
 
@@ -62,9 +67,11 @@ def why_not_llama(model: TransformerModel) -> str | None:
         return f"model.positions is {config.positions}, not rope"
     if config.activation != "swiglu":
         return f"model.activation is {config.activation}, not swiglu"
-    if config.qk_norm is not None:
-        return (f"model.qk_norm is {config.qk_norm}: Llama has no norm on queries and keys "
-                "(Qwen3 has one; normzoo does not map to it yet)")
+    qk_norms = [norm for layer in model.decoder.layers
+                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm) if norm is not None]
+    if qk_norms and any(_rms(norm) is None for norm in qk_norms):
+        return (f"model.qk_norm is {config.qk_norm}, not an RMSNorm with a learned scale "
+                "(Qwen3's q_norm and k_norm)")
     biases = [n for n, _ in model.named_parameters() if n.rpartition(".")[2] == "bias"]
     if biases:
         return f"it has biases ({biases[0]}, ...): model.bias must be false"
@@ -87,6 +94,7 @@ def why_not_llama(model: TransformerModel) -> str | None:
     if type(stack.ends) is not StreamEnds or _rms(stack.ends.final_norm) is None:
         return "its stack does not end in one RMSNorm with a learned scale"
     norms.append(stack.ends.final_norm)
+    norms += qk_norms
     if len({n.eps for n in norms}) != 1:
         return "its RMSNorms do not share one epsilon"
     return None
@@ -111,6 +119,9 @@ def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Targ
         roles = layer.self_attn.role_weights()
         for role, name in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("out", "o_proj")):
             put(f"{base}.self_attn.{name}.weight", roles[role])
+        for name in ("q_norm", "k_norm"):
+            if (norm := getattr(layer.self_attn, name)) is not None:
+                put(f"{base}.self_attn.{name}.weight", norm.weight)
         ffn = layer.ffn
         put(f"{base}.mlp.gate_proj.weight", ffn.ffn_in.weight)
         put(f"{base}.mlp.up_proj.weight", ffn.ffn_gate.weight)
@@ -135,20 +146,27 @@ def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Targ
         "embedding, with the output projection stored untied"]))
     plain = PlainModel(family="decoder", placement="pre", scheme=scheme, weights=weights,
                        eps=stack.ends.final_norm.eps, folded=folded)
+    if model.config.qk_norm is not None:
+        return plain, Target(QK_NORM_ARCHITECTURE, AUTO_CLASS, llama)
     return plain, Target(ARCHITECTURE, AUTO_CLASS, llama)
 
 
 def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.Tensor]]:
-    """``LlamaConfig`` and weights for a :func:`llama_target` mapping."""
+    """``LlamaConfig`` (``Qwen3Config`` with QK-norm) and weights for a :func:`llama_target`
+    mapping."""
     import transformers
-    from transformers import LlamaConfig
+    from transformers import LlamaConfig, Qwen3Config
+
+    qk_norm = any(name.endswith("q_norm.weight") for name in plain.weights)
+    config_class, architecture = ((Qwen3Config, QK_NORM_ARCHITECTURE) if qk_norm
+                                  else (LlamaConfig, ARCHITECTURE))
 
     heads = config.heads
     # transformers 5 keeps the base in rope_parameters; 4.x took rope_theta.
     rope = ({"rope_parameters": {"rope_type": "default", "rope_theta": config.rope_base}}
             if int(transformers.__version__.split(".")[0]) >= 5
             else {"rope_theta": config.rope_base})
-    hf_config = LlamaConfig(
+    hf_config = config_class(
         vocab_size=config.vocab_size, hidden_size=config.d_model,
         intermediate_size=config.ffn_dim, num_hidden_layers=config.decoder_layers,
         num_attention_heads=heads, num_key_value_heads=config.kv_heads or heads,
@@ -157,7 +175,7 @@ def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.
         attention_bias=False, mlp_bias=False,
         tie_word_embeddings="lm_head.weight" not in plain.weights,
         pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
-        architectures=[ARCHITECTURE], **rope)
+        architectures=[architecture], **rope)
     # Also at the top level, where readers written for transformers 4 (vLLM, llama.cpp's
     # converter) look for it and would otherwise assume 10,000.
     hf_config.rope_theta = config.rope_base
