@@ -2,8 +2,9 @@
 
 A decoder that is exactly a Llama (Pre-LN, RMSNorm, rotary positions, SwiGLU, no biases) goes to
 ``LlamaForCausalLM``, or with RMSNorm QK-norm to ``Qwen3ForCausalLM``
-(:mod:`normzoo.export.hf.llama`); any other model is read as a plain Post-LN or Pre-LN model (:mod:`normzoo.export.hf.plain`, folding what folds) and renamed onto the
-``transformers`` architecture with the same layers (:mod:`normzoo.export.hf.architectures`).
+(:mod:`normzoo.export.hf.llama`); any other model is read as a plain Post-LN or Pre-LN model
+(:mod:`normzoo.export.hf.plain`, folding what folds) and renamed onto the ``transformers``
+architecture with the same layers (:mod:`normzoo.export.hf.architectures`).
 Either is written with ``save_pretrained`` beside a fast tokenizer, a generation config and a
 model card. Before the directory is published the export
 loads it back through the Auto class, as a user would, and compares its logits with normzoo's on
