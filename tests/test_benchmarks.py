@@ -102,3 +102,12 @@ def test_sweep_jobs_refuses_bad_arguments_before_running(args: list[str]) -> Non
     done = subprocess.run([sys.executable, str(BENCHMARKS / "sweep_jobs.py"), *args],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_scheme_cost_times_each_scheme_against_pre_ln(tmp_path: Path):
+    text, data = run("scheme_cost.py", tmp_path / "cost.md", "--rounds", "1", "--steps", "1",
+                     "--schemes", "HC (n = 4)")
+    assert set(data["schemes"]) == {"Pre-LN", "HC (n = 4)"}
+    for figures in data["schemes"].values():
+        assert all(positive(ms) for ms in figures["ms_per_step"]) and figures["params"] > 0
+    assert "| HC (n = 4) |" in text and "/ Pre-LN" in text and "CPU:" in text
