@@ -20,6 +20,25 @@ SMALL = {"vocab_size": 61, "d_model": 32, "heads": 4, "ffn_dim": 64, "encoder_la
          "decoder_layers": 2, "dropout": 0.0}
 
 
+def incremental_equals_full(model: nn.Module, family: str) -> torch.Tensor:
+    """Decode six target tokens one at a time through the KV cache and check the logits equal
+    the full forward's; returns the targets."""
+    tgt = torch.randint(4, 61, (2, 6))
+    with torch.no_grad():
+        if family == "decoder":
+            full = model(tgt)
+            cache = model.new_cache()
+            steps = [model(tgt[:, i:i + 1], cache=cache) for i in range(6)]
+        else:
+            src = torch.randint(4, 61, (2, 5))
+            full = model(src, tgt)
+            memory, pad = model.encode(src)
+            cache = model.new_cache()
+            steps = [model.decode(tgt[:, i:i + 1], memory, pad, cache=cache) for i in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    return tgt
+
+
 class ReferenceRMSNorm(nn.Module):
     """The reference's norm of H for the dynamic weights: normalize * sqrt(d) * (gamma + 1)."""
 
@@ -98,19 +117,7 @@ def test_incremental_decoding_with_n_copies_equals_the_full_forward(family: str,
         for name, p in model.named_parameters():
             if "dynamic" in name:
                 p.normal_(0, 0.3)
-    tgt = torch.randint(4, 61, (2, 6))
-    with torch.no_grad():
-        if family == "decoder":
-            full = model(tgt)
-            cache = model.new_cache()
-            steps = [model(tgt[:, i:i + 1], cache=cache) for i in range(6)]
-        else:
-            src = torch.randint(4, 61, (2, 5))
-            full = model(src, tgt)
-            memory, pad = model.encode(src)
-            cache = model.new_cache()
-            steps = [model.decode(tgt[:, i:i + 1], memory, pad, cache=cache) for i in range(6)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    incremental_equals_full(model, family)
 
 
 def test_the_connections_are_not_weight_decayed_and_the_exports_refuse_hyper():
@@ -215,19 +222,7 @@ def test_mhc_decodes_incrementally_as_its_full_forward_and_trains(family: str):
     torch.manual_seed(6)
     model = assemble({**SMALL, "family": family, "residual": {"name": "mhc", "streams": 2,
                                                              "sinkhorn_iters": 5}}).eval()
-    tgt = torch.randint(4, 61, (2, 6))
-    with torch.no_grad():
-        if family == "decoder":
-            full = model(tgt)
-            cache = model.new_cache()
-            steps = [model(tgt[:, i:i + 1], cache=cache) for i in range(6)]
-        else:
-            src = torch.randint(4, 61, (2, 5))
-            full = model(src, tgt)
-            memory, pad = model.encode(src)
-            cache = model.new_cache()
-            steps = [model.decode(tgt[:, i:i + 1], memory, pad, cache=cache) for i in range(6)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    tgt = incremental_equals_full(model, family)
     model.train()
     logits = model(tgt) if family == "decoder" else model(tgt, tgt)
     logits.float().logsumexp(-1).mean().backward()
