@@ -39,6 +39,15 @@ from normzoo.residual.base import (
 )
 
 
+def initial_alpha(streams: int, index: int) -> torch.Tensor:
+    """The static connections ``[alpha_m | A_r]`` at initialisation, the paper's (and mHC's):
+    connection k reads copy k mod n, and the copies pass through unmixed."""
+    static = torch.zeros(streams, 1 + streams)
+    static[index % streams, 0] = 1.0
+    static[:, 1:] = torch.eye(streams)
+    return static
+
+
 class HyperResidual(Residual):
     """H <- beta^T f(LN(alpha_m^T H)) + A_r^T H on a stream ``H`` of shape ``[..., n, d]``."""
 
@@ -46,10 +55,7 @@ class HyperResidual(Residual):
                  index: int) -> None:
         super().__init__()
         self.norm, self.mix_norm, self.streams = norm, mix_norm, streams
-        static = torch.zeros(streams, 1 + streams)
-        static[index % streams, 0] = 1.0
-        static[:, 1:] = torch.eye(streams)
-        self.static_alpha = nn.Parameter(static)
+        self.static_alpha = nn.Parameter(initial_alpha(streams, index))
         self.static_beta = nn.Parameter(torch.ones(streams))
         if mix_norm is not None:
             self.dynamic_alpha = nn.Parameter(torch.zeros(dim, 1 + streams))

@@ -35,7 +35,7 @@ from normzoo.residual.base import (
     StreamEnds,
     Sublayer,
 )
-from normzoo.residual.hyper import HyperEnds
+from normzoo.residual.hyper import HyperEnds, initial_alpha
 
 
 def sinkhorn_knopp(logits: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -57,10 +57,7 @@ class MHCResidual(Residual):
         super().__init__()
         self.norm, self.mix_norm = norm, mix_norm
         self.streams, self.sinkhorn_iters = streams, sinkhorn_iters
-        static = torch.zeros(streams, 1 + streams)
-        static[index % streams, 0] = 1.0
-        static[:, 1:] = torch.eye(streams)
-        self.static_alpha = nn.Parameter(static)
+        self.static_alpha = nn.Parameter(initial_alpha(streams, index))
         self.dynamic_alpha = nn.Parameter(torch.zeros(dim, 1 + streams))
         self.pre_scale = nn.Parameter(torch.full((1,), 0.01))
         self.residual_scale = nn.Parameter(torch.full((1,), 0.01))
