@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from normzoo.models import assemble
-from normzoo.nn.attention import KVCache, MultiheadAttention, explicit_wanted
+from normzoo.nn.attention import MultiheadAttention, explicit_wanted
+from normzoo.nn.kv_cache import KVCache
 
 B, T, S, DIM, HEADS = 3, 7, 9, 32, 4
 

@@ -17,7 +17,7 @@ from normzoo.recipe import from_dict
 from normzoo.run.machine import parameter_count
 
 SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns",
-           "hyper", "mhc", "peri", "mixln", "resi_dual", "admin"]
+           "hyper", "mhc", "ngpt", "peri", "mixln", "resi_dual", "admin"]
 FAMILIES = ["encoder", "decoder", "encoder_decoder"]
 
 

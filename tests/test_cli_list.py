@@ -19,7 +19,7 @@ from normzoo.registry import first_doc_line
 NORMS = {"layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm"}
 RESIDUALS = {
     "post", "pre", "sandwich", "deepnorm", "subln", "rezero",
-    "layerscale", "peri", "mixln", "resi_dual", "admin", "lns", "hyper", "mhc",
+    "layerscale", "peri", "mixln", "resi_dual", "admin", "lns", "hyper", "mhc", "ngpt",
 }
 SOURCE = f"normzoo {version('normzoo')}"
 

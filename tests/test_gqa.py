@@ -12,7 +12,7 @@ from normzoo.nn.attention import MultiheadAttention
 
 DIM, HEADS, HEAD_DIM = 32, 4, 8
 SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns",
-           "hyper", "mhc", "peri", "mixln", "resi_dual", "admin"]
+           "hyper", "mhc", "ngpt", "peri", "mixln", "resi_dual", "admin"]
 
 
 def config(**changes):

@@ -15,7 +15,7 @@ from normzoo.models import assemble
 
 SCHEMES = [
     "post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns", "hyper",
-    "mhc", "peri", "mixln", "resi_dual", "admin",
+    "mhc", "ngpt", "peri", "mixln", "resi_dual", "admin",
 ]
 VOCAB, PAD = 31, 0
 

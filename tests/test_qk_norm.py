@@ -79,7 +79,7 @@ def test_the_kv_cache_holds_normalised_keys_so_incremental_decoding_equals_the_f
 
 @pytest.mark.parametrize("residual", ["post", "pre", "deepnorm", "admin", "resi_dual", "subln",
                                       "rezero", "layerscale", "peri", "mixln", "sandwich",
-                                      "lns", "hyper", "mhc"])
+                                      "lns", "hyper", "mhc", "ngpt"])
 def test_every_scheme_takes_qk_norm_and_trains_a_step(residual):
     torch.manual_seed(2)
     model = assemble({**SMALL, "family": "encoder_decoder", "residual": residual})

@@ -16,7 +16,7 @@ from normzoo.registry import first_doc_line, normalize_distribution, plugin_prov
 NORMS = {"layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm"}
 RESIDUALS = {
     "post", "pre", "sandwich", "deepnorm", "subln", "rezero",
-    "layerscale", "peri", "mixln", "resi_dual", "admin", "lns", "hyper", "mhc",
+    "layerscale", "peri", "mixln", "resi_dual", "admin", "lns", "hyper", "mhc", "ngpt",
 }
 NORMZOO_VERSION = version("normzoo")
 

@@ -83,4 +83,5 @@ def assemble(
         model = Seq2SeqModel(config, stacks["encoder"], stacks["decoder"])
     model.plugins = registry.plugin_provenance(config.norm.name, config.residual.name)
     model.scheme = scheme
+    scheme.after_step(model)  # a constraint on the weights holds from the first forward pass
     return model

@@ -11,8 +11,8 @@ from torch import nn
 
 from normzoo.models.config import ModelConfig
 from normzoo.models.stacks import DecoderStack, EncoderStack
-from normzoo.nn.attention import KVCache
 from normzoo.nn.embeddings import Embeddings
+from normzoo.nn.kv_cache import KVCache
 from normzoo.nn.padding import padding_mask_context
 from normzoo.residual.base import ResidualScheme
 

@@ -11,9 +11,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from normzoo.nn.attention import AttentionImpl, LayerCache, MultiheadAttention
+from normzoo.nn.attention import AttentionImpl, MultiheadAttention
 from normzoo.nn.dropout import Dropout
-from normzoo.nn.feedforward import FeedForward
+from normzoo.nn.feedforward import GATED, FeedForward
+from normzoo.nn.kv_cache import LayerCache
 from normzoo.residual.base import ResidualScheme, Site, StackInfo, Stream, SublayerKind
 
 NormMaker = Callable[[int], nn.Module]  # width -> a fresh norm
@@ -73,6 +74,8 @@ class SublayerBuilder:
             kv_heads=self.kv_heads,
             rope_base=self.rope_base,  # self-attention only: the module ignores it when cross
             qk_norm=self.qk_norm,
+            qk=self.scheme.attention_qk(site),
+            scale=self.scheme.attention_scale(site),
         )
         prefix = "cross_" if cross else ""
         self.scheme.init_parameters(
@@ -88,6 +91,7 @@ class SublayerBuilder:
             dropout=self.activation_dropout,
             bias=self.bias,
             inner_norm=self._inner(site, self.ffn_dim),
+            scales=self.scheme.ffn_scales(site, self.ffn_dim, self.activation in GATED),
         )
         self.scheme.init_parameters(site, ffn.role_weights(), ffn.role_biases())
         return ffn

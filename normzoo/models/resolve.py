@@ -28,6 +28,9 @@ class ModelSection(Protocol):
 
     family: str
     d_model: int
+    heads: int
+    kv_heads: int | None
+    vocab_size: int | None
     bias: bool
     norm: Component
     residual: Component
@@ -43,10 +46,12 @@ class ModelSection(Protocol):
 
 
 def stack_infos(config: ModelSection) -> list[StackInfo]:
-    """The stacks this family has, each told the family and both depths."""
+    """The stacks this family has, each told the family, both depths, the heads and the
+    vocabulary (0 while the tokenizer has not set it: validating a recipe)."""
     family = Family(config.family)
     n, m = config.encoder_depth, config.decoder_depth
-    heads = {"heads": config.heads, "kv_heads": config.kv_heads or config.heads}
+    heads = {"heads": config.heads, "kv_heads": config.kv_heads or config.heads,
+             "vocab": config.vocab_size or 0}
     stacks = []
     if family is not Family.DECODER:
         stacks.append(StackInfo(family, "encoder", n, m, config.d_model, **heads))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from normzoo.models.layers import DecoderLayer, EncoderLayer, SublayerBuilder
-from normzoo.nn.attention import KVCache
+from normzoo.nn.kv_cache import KVCache
 from normzoo.nn.padding import padding_mask_context
 
 

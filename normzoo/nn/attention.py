@@ -24,12 +24,15 @@ QK-norm (``qk_norm``, a factory ``width -> norm``): one norm of a head's width o
 one on the keys, each applied to every head (its weights shared across heads, as Qwen3 and
 Gemma 3 do), after the projection and before the rotation; so the KV cache holds normalised
 (and rotated) keys, and cross-attention normalises the encoder's keys once, before caching them.
+
+A residual scheme may act on queries and keys too (``qk``, a module ``forward(q, k) -> (q, k)``
+after the rotation, before the cache: nGPT's unit-norm, scaled q and k) and choose the scale of
+their scores (``scale``, default 1/sqrt(head_dim); nGPT's sqrt(head_dim)).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -37,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normzoo.nn.dropout import dropout as drop
+from normzoo.nn.kv_cache import LayerCache
 from normzoo.nn.rotary import RotaryEmbedding
 
 AttentionImpl = Literal["auto", "sdpa", "explicit"]
@@ -59,61 +63,22 @@ def explicit_attention(
     v: torch.Tensor,
     mask: torch.Tensor | None,
     dropout: float,
+    scale: float | None = None,
 ) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) masked) v, as ``scaled_dot_product_attention`` computes it.
+    """softmax(scale q k^T masked) v, as ``scaled_dot_product_attention`` computes it (``scale``
+    None: 1/sqrt(d)).
 
     ``mask`` is boolean (True = may attend) and broadcasts to ``[B, H, T, S]``. The softmax runs
     in float32 whatever the inputs' dtype, as SDPA's fused kernels accumulate, and its result is
     cast back so that the second matmul runs in the inputs' dtype (bf16 under autocast).
     """
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
+    scores = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
     if dropout > 0.0:
         weights = drop(weights, dropout)
     return weights @ v
-
-
-@dataclass
-class LayerCache:
-    """Keys and values of one decoder layer, ``[batch, kv_heads, time, head_dim]``; with rotary
-    embeddings the self-attention keys are stored rotated."""
-
-    self_k: torch.Tensor | None = None
-    self_v: torch.Tensor | None = None
-    cross_k: torch.Tensor | None = None
-    cross_v: torch.Tensor | None = None
-
-
-class KVCache:
-    """The cache of a whole decoder stack for incremental decoding.
-
-    ``length`` is the number of target positions already processed; beam search reorders the
-    batch dimension with :meth:`reorder`.
-    """
-
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [LayerCache() for _ in range(num_layers)]
-
-    @property
-    def length(self) -> int:
-        first = self.layers[0].self_k if self.layers else None
-        return 0 if first is None else first.shape[2]
-
-    def reorder(self, index: torch.Tensor, *, cross: bool = True) -> None:
-        """Keep batch rows ``index`` (in that order), e.g. the surviving beams.
-
-        ``cross=False`` leaves the cross-attention keys and values as they are: right when
-        ``index`` only permutes rows that hold the same source (the beams of one sentence),
-        and it saves copying them at every step.
-        """
-        names = ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v")
-        for layer in self.layers:
-            for name in names:
-                value = getattr(layer, name)
-                if value is not None:
-                    setattr(layer, name, value.index_select(0, index))
 
 
 def attention_mask(
@@ -145,7 +110,9 @@ class MultiheadAttention(nn.Module):
 
     ``kv_heads`` (default ``heads``) gives grouped-query attention; ``rope_base`` (default
     None: no rotation) rotary position embeddings in self-attention; ``qk_norm`` (default None)
-    a norm of one head's width on queries and keys (QK-norm).
+    a norm of one head's width on queries and keys (QK-norm); ``qk`` (default None) a scheme's
+    module on queries and keys after the rotation; ``scale`` (default None: 1/sqrt(head_dim))
+    the scores' scale.
     """
 
     def __init__(
@@ -162,6 +129,8 @@ class MultiheadAttention(nn.Module):
         kv_heads: int | None = None,
         rope_base: float | None = None,
         qk_norm: Callable[[int], nn.Module] | None = None,
+        qk: nn.Module | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
@@ -188,6 +157,7 @@ class MultiheadAttention(nn.Module):
         self.out_proj = nn.Linear(dim, dim, bias=bias)
         self.q_norm = qk_norm(self.head_dim) if qk_norm is not None else None
         self.k_norm = qk_norm(self.head_dim) if qk_norm is not None else None
+        self.qk, self.scale = qk, scale
         # No parameters and no buffers: the state dict is the same with or without it.
         self.rotary = (RotaryEmbedding(self.head_dim, rope_base)
                        if rope_base is not None and not cross else None)
@@ -276,10 +246,14 @@ class MultiheadAttention(nn.Module):
             q = self._normed(self.q_norm, self._split(self.q_proj(x), self.heads))
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v
+                if self.qk is not None:
+                    q, _ = self.qk(q, None)
             else:
                 k, v = (self._split(p, self.kv_heads)
                         for p in self.kv_proj(memory).chunk(2, dim=-1))
                 k = self._normed(self.k_norm, k)
+                if self.qk is not None:
+                    q, k = self.qk(q, k)
                 if cache is not None:
                     cache.cross_k, cache.cross_v = k, v
         else:
@@ -288,6 +262,8 @@ class MultiheadAttention(nn.Module):
             past = None if cache is None else cache.self_k
             if self.rotary is not None:  # new queries and keys sit after the cached ones
                 q, k = self.rotary(q, k, 0 if past is None else past.shape[2])
+            if self.qk is not None:
+                q, k = self.qk(q, k)
             if cache is not None:
                 if past is not None:
                     k = torch.cat([past, k], dim=2)
@@ -299,7 +275,8 @@ class MultiheadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         explicit = explicit_wanted(self.impl, q)
         if is_causal and key_padding_mask is None and query_len == key_len and not explicit:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                                 scale=self.scale)
         else:
             mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device)
             # A query with no key to attend to (every key padded: an empty source sentence, or
@@ -309,9 +286,10 @@ class MultiheadAttention(nn.Module):
             if empty is not None:
                 mask = mask | empty
             if explicit:
-                out = explicit_attention(q, k, v, mask, dropout)
+                out = explicit_attention(q, k, v, mask, dropout, self.scale)
             else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                     scale=self.scale)
             if empty is not None:
                 out = out.masked_fill(empty, 0.0)
         b, _, t, _ = out.shape

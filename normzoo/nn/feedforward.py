@@ -16,7 +16,9 @@ class FeedForward(nn.Module):
     """``ffn_out(inner_norm(dropout(act(ffn_in(x)))))``; gated variants multiply by ``ffn_gate(x)``.
 
     ``inner_norm`` (Sub-LN) sits before the second matrix, on the ``hidden``-wide activations,
-    after the activation dropout (as in torchscale's Magneto).
+    after the activation dropout (as in torchscale's Magneto). ``scales`` (a residual scheme's
+    module ``forward(hidden, gate) -> (hidden, gate)``) acts on the pre-activations
+    ``ffn_in(x)`` and ``ffn_gate(x)`` (None without a gate): nGPT's s_v and s_u.
     """
 
     def __init__(
@@ -28,6 +30,7 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         inner_norm: nn.Module | None = None,
+        scales: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS and activation not in GATED:
@@ -40,6 +43,7 @@ class FeedForward(nn.Module):
         self.ffn_out = nn.Linear(hidden, dim, bias=bias)
         self.dropout = Dropout(dropout)
         self.inner_norm = inner_norm if inner_norm is not None else nn.Identity()
+        self.scales = scales
         self.reset_parameters()
 
     def role_weights(self) -> dict[str, torch.Tensor]:
@@ -65,7 +69,10 @@ class FeedForward(nn.Module):
                     nn.init.zeros_(linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.act(self.ffn_in(x))
-        if self.ffn_gate is not None:
-            h = h * self.ffn_gate(x)
+        hidden, gate = self.ffn_in(x), None if self.ffn_gate is None else self.ffn_gate(x)
+        if self.scales is not None:
+            hidden, gate = self.scales(hidden, gate)
+        h = self.act(hidden)
+        if gate is not None:
+            h = h * gate
         return self.ffn_out(self.inner_norm(self.dropout(h)))

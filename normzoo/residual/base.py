@@ -5,12 +5,16 @@ layer of a stack:
 
 * how the residual connection combines the stream and f (``residual(site, make_norm)``, a module
   whose ``forward(stream, f)`` reads like the scheme's formula);
-* whether f carries an extra norm inside it (``inner_norm(site)``, Sub-LN);
+* whether f carries an extra norm inside it (``inner_norm(site)``, Sub-LN), what its attention
+  does to queries and keys and how it scales their scores (``attention_qk``,
+  ``attention_scale``: nGPT's normalised, scaled q and k), and what its feed-forward does to
+  its pre-activations (``ffn_scales``: nGPT's s_u, s_v);
 * how f's weights are initialised, addressed by *role* (``init_weights(site, weights)``, or
   ``init_parameters(site, weights, biases)`` for a scheme that also sets biases);
 * what happens at the ends of the stack (``embedding_norm()``, ``ends(make_norm)``);
 * whether it sets state from data before the first update (``needs_data_init``, ``data_init``,
-  ``load_data_init``, ``data_init_state``: Admin's profiled w), and what the recipe must not
+  ``load_data_init``, ``data_init_state``: Admin's profiled w), what constraint its weights keep
+  after every update (``after_step``: nGPT's unit-norm rows), and what the recipe must not
   combine it with (``recipe_problem``).
 
 The model code (:mod:`normzoo.models`) calls only these hooks, so no scheme is special-cased.
@@ -59,8 +63,8 @@ class StackInfo:
     attention heads.
 
     ``encoder_layers`` is N and ``decoder_layers`` is M in the papers' notation; the depth of a
-    stack that the family does not have is 0. ``heads`` and ``kv_heads`` are 0 where the
-    builder did not say (a scheme built by hand in a test).
+    stack that the family does not have is 0. ``heads``, ``kv_heads`` and ``vocab`` are 0 where
+    the builder did not say (a scheme built by hand in a test).
     """
 
     family: Family
@@ -70,6 +74,7 @@ class StackInfo:
     dim: int  # d_model, the width of the residual stream
     heads: int = 0  # query heads of every attention
     kv_heads: int = 0  # key/value heads (grouped-query attention: fewer than heads)
+    vocab: int = 0  # the vocabulary the model's logits range over (StreamEnds.logits)
 
     def __post_init__(self) -> None:
         if self.stack not in ("encoder", "decoder"):
@@ -191,74 +196,6 @@ class StreamEnds(nn.Module):
         return output(hidden)
 
 
-def xavier_normal_role(weight: torch.Tensor, gain: float) -> None:
-    """Re-initialise one role's matrix (possibly a slice of a fused one) with xavier_normal.
-
-    The fan is that of the role's own [out, in] matrix, so a fused qkv is treated as three
-    separate projections, as the papers define them.
-    """
-    nn.init.xavier_normal_(weight, gain=gain)
-
-
-# The matrices that DeepNet (Wang et al. 2022, Fig. 2a) and Magneto (Wang et al. 2022, Fig. 2,
-# both papers' init pseudocode) scale at init: the value path of attention (W_v, W_o) and every
-# feed-forward matrix, in self- and cross-attention alike. W_q and W_k keep gain 1: they act only
-# through the softmax, which does not change the bound on the attention output's magnitude
-# (DeepNet, Lemma 4.1), so scaling them would not bound the model update.
-VALUE_PATH_ROLES = frozenset({"v", "out", "cross_v", "cross_out", *FFN_ROLES})
-QUERY_KEY_ROLES = frozenset({"q", "k", "cross_q", "cross_k"})
-
-
-def xavier_normal_scaled(
-    weights: Mapping[str, torch.Tensor], gain: float, scaled: frozenset[str]
-) -> None:
-    """xavier_normal on ``weights`` by role: gain ``gain`` on the ``scaled`` roles, 1 on W_q, W_k.
-
-    This is the init both DeepNet's and Magneto's pseudocode write out, so a scheme using it
-    states only its own gain (beta, gamma) and role set. Roles in neither set keep the blocks'
-    default init. Roles are initialised in the order ``weights`` gives them, so the random stream,
-    and hence every weight, is the same for a given seed.
-    """
-    for role, weight in weights.items():
-        if role in scaled:
-            xavier_normal_role(weight, gain)
-        elif role in QUERY_KEY_ROLES:
-            xavier_normal_role(weight, 1.0)
-
-
-@torch.no_grad()
-def linear_default_(weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-    """``nn.Linear``'s own init on one role: weight and bias U(+-1/sqrt(fan_in)).
-
-    ``fan_in`` is that of the role's own [out, in] matrix. torchscale never calls its attention's
-    xavier reset, so every projection it builds keeps this, and fairseq >= 0.10 keeps it for the
-    feed-forward matrices and the q/k/v biases (docs/init-references.md, sections 1b and 3).
-    """
-    bound = weight.shape[1] ** -0.5
-    nn.init.uniform_(weight, -bound, bound)
-    if bias is not None:
-        nn.init.uniform_(bias, -bound, bound)
-
-
-@torch.no_grad()
-def torchscale_scaled(
-    weights: Mapping[str, torch.Tensor],
-    biases: Mapping[str, torch.Tensor],
-    scale: float,
-    scaled: frozenset[str],
-) -> None:
-    """torchscale's DeepNorm/Sub-LN init: ``nn.Linear``'s default on every role, then weight
-    *and* bias of the ``scaled`` roles multiplied by ``scale`` (torchscale's
-    ``p.data.div_(init_scale)`` / ``p.data.mul_(init_scale)`` over ``named_parameters()``)."""
-    for role, weight in weights.items():
-        bias = biases.get(role)
-        linear_default_(weight, bias)
-        if role in scaled:
-            weight.mul_(scale)
-            if bias is not None:
-                bias.mul_(scale)
-
-
 class ResidualScheme:
     """Base class of residual schemes; subclasses override the hooks they change.
 
@@ -279,6 +216,27 @@ class ResidualScheme:
     def inner_norm(self, site: Site) -> bool:
         """Whether f carries a norm inside it (before W_o / before the second FFN matrix)."""
         return False
+
+    def attention_qk(self, site: Site) -> nn.Module | None:
+        """A module ``forward(q, k) -> (q, k)`` on the queries and keys of ``site``'s attention,
+        each ``[batch, heads, positions, head_dim]``, after the rotary embedding (and after
+        ``model.qk_norm``): the keys enter the KV cache as it returns them, and ``k`` is None
+        when they come from it (cross-attention's, computed once per source). None (the
+        default) leaves them as they are. One module sees both, so a scale can be shared by q and k
+        (nGPT's s_qk)."""
+        return None
+
+    def attention_scale(self, site: Site) -> float | None:
+        """What ``site``'s attention multiplies q·k by before the softmax; None (the default):
+        1/sqrt(head_dim). nGPT, whose q and k are unit vectors, uses sqrt(head_dim)."""
+        return None
+
+    def ffn_scales(self, site: Site, hidden: int, gated: bool) -> nn.Module | None:
+        """A module ``forward(hidden, gate) -> (hidden, gate)`` on the pre-activations of
+        ``site``'s feed-forward, ``hidden`` wide: ``hidden`` is ``ffn_in(x)`` (the activation's
+        input), ``gate`` is ``ffn_gate(x)`` when ``gated`` (SwiGLU, GEGLU) and None otherwise.
+        None (the default) leaves them as they are; nGPT scales both (s_v and s_u)."""
+        return None
 
     def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
         """Re-initialise f's weights by role (``q``, ``v``, ``ffn_out``, ``cross_v``...)."""
@@ -347,8 +305,10 @@ class ResidualScheme:
         """Called once after every optimizer update, with the updated weights, on every
         process: a scheme whose weights live on a constraint set projects them back onto it
         (nGPT re-normalises its matrices' rows after each step). Not called for the batches a
-        gradient accumulation only accumulates. Under FSDP each process holds a shard of every
-        flat parameter: a scheme that needs whole rows refuses FSDP in :meth:`recipe_problem`."""
+        gradient accumulation only accumulates. Also called once on the freshly built model,
+        so the constraint holds from the first forward pass. Under FSDP each process holds a
+        shard of every flat parameter: a scheme that needs whole rows refuses FSDP in
+        :meth:`recipe_problem`."""
 
     @classmethod
     def recipe_problem(cls, options: Mapping[str, Any], strategy: str) -> str | None:

@@ -29,7 +29,6 @@ from typing import Literal
 import torch
 
 from normzoo.residual.base import (
-    VALUE_PATH_ROLES,
     Family,
     NormFactory,
     PlainForm,
@@ -38,9 +37,8 @@ from normzoo.residual.base import (
     Site,
     StackInfo,
     Sublayer,
-    torchscale_scaled,
-    xavier_normal_scaled,
 )
+from normzoo.residual.init import VALUE_PATH_ROLES, torchscale_scaled, xavier_normal_scaled
 
 # beta scales W_v, W_o and the feed-forward matrices (the paper's Fig. 2a); W_q, W_k gain 1.
 BETA_ROLES = VALUE_PATH_ROLES

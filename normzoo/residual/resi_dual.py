@@ -28,8 +28,8 @@ from normzoo.residual.base import (
     Site,
     StreamEnds,
     Sublayer,
-    linear_default_,
 )
+from normzoo.residual.init import linear_default_
 
 # fairseq 0.12's feed-forward: plain nn.Linear, never re-initialised (docs/init-references.md, 1b).
 LINEAR_DEFAULT_ROLES = frozenset({"ffn_in", "ffn_gate", "ffn_out"})

@@ -28,7 +28,6 @@ from typing import Literal
 import torch
 
 from normzoo.residual.base import (
-    VALUE_PATH_ROLES,
     Family,
     NormFactory,
     Residual,
@@ -38,9 +37,8 @@ from normzoo.residual.base import (
     StreamEnds,
     SublayerKind,
     final_norm_ends,
-    torchscale_scaled,
-    xavier_normal_scaled,
 )
+from normzoo.residual.init import VALUE_PATH_ROLES, torchscale_scaled, xavier_normal_scaled
 from normzoo.residual.pre import PreLNResidual
 
 # gamma scales the same matrices as DeepNet's beta: W_v, W_o, W_1, W_2 (W_q, W_k gain 1), as in
