@@ -195,6 +195,7 @@ def test_diagnose_command_compares_variants_and_writes_plots(tmp_path):
     assert "| encoder.layers.3 |" in result.output
     assert sorted(p.name for p in out.iterdir()) == [
         "branch_ratio_vs_depth.png", "diagnostics.md", "grad_norm_vs_depth.png",
+        "layer_cosine_vs_depth.png",
         "stream_norm_vs_depth.png"]
     assert all(p.stat().st_size > 5000 for p in out.glob("*.png"))
 

@@ -199,3 +199,20 @@ def test_sigterm_under_ddp_stops_both_processes_at_one_step_and_resumes_exactly(
     whole, resumed = weights(workspace / "term-whole/checkpoints/last.ckpt"), weights(last)
     for key in whole:
         assert torch.equal(whole[key], resumed[key]), key
+
+
+def test_ngpt_under_ddp_keeps_its_rows_on_the_sphere_and_equals_one_process(workspace):
+    """A scheme's after_step (nGPT's renormalisation) runs on every process after each update:
+    the replicas stay equal to a single process with twice the batch, rows unit length."""
+    ddp = train(workspace, "ngpt-ddp", "data.max_tokens=300", "model.residual=ngpt")
+    single = train(workspace, "ngpt-single", "data.max_tokens=600", "model.residual=ngpt",
+                   devices=1)
+    assert ddp.returncode == single.returncode == 0
+    a = weights(workspace / "ngpt-ddp/checkpoints/last.ckpt")
+    b = weights(workspace / "ngpt-single/checkpoints/last.ckpt")
+    for key in a:
+        torch.testing.assert_close(without_key_bias(key, a[key]), without_key_bias(key, b[key]),
+                                   rtol=1e-4, atol=2e-5, msg=key)
+    embedding = a["model.encoder_embeddings.tokens.weight"]
+    norms = embedding.norm(dim=1)
+    torch.testing.assert_close(norms[norms > 0], torch.ones_like(norms[norms > 0]))

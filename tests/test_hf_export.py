@@ -41,6 +41,9 @@ UNMAPPABLE = {
     "peri": "the branch's output is normalised as well",
     "subln": "norms inside its branches (Sub-LN)",
     "mixln": "mixes Post-LN and Pre-LN",
+    "hyper": "no transformers architecture computes HyperResidual",
+    "mhc": "no transformers architecture computes MHCResidual",
+    "ngpt": "no transformers architecture computes NGPTResidual",
 }
 
 

@@ -184,3 +184,18 @@ def test_fsdp_is_refused_in_the_recipe():
     with pytest.raises(ConfigError, match="nGPT normalises whole matrix rows"):
         load("recipes/gpt_llama.yaml",
                     ["model.residual=ngpt", "trainer.strategy=fsdp", "trainer.devices=2"])
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder_decoder"])
+def test_every_hidden_state_is_a_unit_vector(family):
+    """The paper's invariant: the state entering and leaving every layer lies on the sphere."""
+    model = ngpt_model(family=family, encoder_layers=2, positions="learned", embed_scale=True)
+    states = []
+    for module in model.modules():
+        if type(module).__name__ in ("EncoderLayer", "DecoderLayer"):
+            module.register_forward_hook(lambda _m, args, out: states.extend([args[0], out]))
+    tokens = torch.randint(2, VOCAB, (2, 7))
+    model(tokens) if family == "decoder" else model(tokens, tokens)
+    assert len(states) == 4 * (1 if family == "decoder" else 2)
+    for state in states:
+        torch.testing.assert_close(state.norm(dim=-1), torch.ones(state.shape[:-1]))

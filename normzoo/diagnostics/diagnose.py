@@ -178,7 +178,11 @@ def table(results: dict[str, Measurements]) -> str:
 
 PLOTS = {
     "grad_norm_vs_depth.png": ("grad_norm", "", "gradient norm of the layer", True),
-    "stream_norm_vs_depth.png": ("stream_norm", "", "residual stream norm after the layer", True),
+    "stream_norm_vs_depth.png": ("stream_norm", "", "stream norm after the layer (per copy)",
+                                 True),
+    # On the hypersphere (nGPT) the norm is 1 everywhere; the angle a layer turns the stream by
+    # is what changes with depth, and it reads the same for every scheme.
+    "layer_cosine_vs_depth.png": ("layer_cosine", "", "cos(layer's input, its output)", False),
     "branch_ratio_vs_depth.png": ("branch_ratio", "ffn", "||f(x)|| / ||x||, feed-forward", True),
 }
 
