@@ -33,6 +33,7 @@ SCHEMES = {  # label -> model overrides
     "Peri-LN": {"residual": "peri"},
     "HC (n = 4)": {"residual": {"name": "hyper", "streams": 4}},
     "mHC (n = 4)": {"residual": {"name": "mhc", "streams": 4}},
+    "nGPT": {"residual": "ngpt"},
 }
 RECIPE = common.REPO / "recipes" / "studies" / "llama_schemes.yaml"
 

@@ -1,0 +1,25 @@
+#!/bin/bash
+# The Llama-style decoder study's second part (benchmarks/study_llama_plan.py, SWEEPS), two
+# sweeps at a time, one torch thread each, from a clone of normzoo at the study's commit so that
+# work on the code cannot touch them:
+#
+#   git clone . ../study-llama && git -C ../study-llama checkout f5670b6   # SCHEMES_COMMIT
+#   (cd ../study-llama && python3 -m venv .venv && . .venv/bin/activate &&
+#    pip install torch==2.13.0 && pip install -e .)
+#   setsid nohup benchmarks/study_llama.sh ../study-llama > study-llama.log 2>&1 < /dev/null &
+#   python benchmarks/study_llama.py ../study-llama/runs/study-llama   # collect and render
+#
+# Every command is resumable: a finished cell is skipped, an interrupted one resumes from its
+# last.ckpt, so after a stop the same line picks up where it was.
+set -u
+HERE="$(cd "$(dirname "$0")" && pwd)"
+cd "$1" && . .venv/bin/activate || exit 2
+mkdir -p logs
+slot() {
+  local commands
+  mapfile -t commands < <(python "$HERE/study_llama_plan.py" "$1")
+  for command in "${commands[@]}"; do eval "$command" < /dev/null; done
+}
+slot a > logs/llama-slot-a.log 2>&1 &
+slot b > logs/llama-slot-b.log 2>&1 &
+wait
