@@ -16,12 +16,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import study_llama
 
 
-def _cell(root: Path, dataset: str, scheme: str, seed: str, loss: float) -> None:
-    folder = root / dataset / f"seed-{seed}_residual-{scheme}"
+def _cell(root: Path, dataset: str, scheme: str, seed: str, loss: float,
+          qk_norm: str | None = None) -> None:
+    name = scheme.strip("{}").replace(": ", "-").replace(", ", "-")
+    folder = root / dataset / f"seed-{seed}_{'qk_norm-rmsnorm_' if qk_norm else ''}residual-{name}"
     (folder / "logs" / "csv").mkdir(parents=True)
-    (folder / "cell.json").write_text(json.dumps({
-        "model.residual": scheme, "seed": seed, "status": "ok", "steps": 800,
-        "stopped": "step cap: trainer.max_steps=800"}))
+    record = {"model.residual": scheme, "seed": seed, "status": "ok", "steps": 800,
+              "stopped": "step cap: trainer.max_steps=800"}
+    (folder / "cell.json").write_text(json.dumps(
+        {**record, **({"model.qk_norm": qk_norm} if qk_norm else {})}))
     (folder / "summary.json").write_text(json.dumps({
         "steps": 800, "test": {"loss": loss, "ppl": 2.718281828 ** loss}}))
     with open(folder / "logs" / "csv" / "metrics.csv", "w", newline="") as f:
@@ -90,7 +93,8 @@ def test_verdicts_are_seed_aware_and_missing_cells_are_pending(report):
         assert word not in text.split("## builtin")[1]
     pre = _row(text, "builtin", "Pre-LN")
     assert pre[1] == "3" and pre[2] == "3.010 ± 0.010" and pre[7] == "3.00 ± 0.00"  # 3/1
-    assert pre[8] == "4.00 ± 0.00" and pre[9] == "800, step cap" and pre[10] == "2.0 ± 0.0"
+    assert pre[8] == "4.00 ± 0.00" and pre[9] == "–"  # no layer cosine in these files
+    assert pre[10] == "800, step cap" and pre[11] == "2.0 ± 0.0"
     assert pre[5] == "–" and pre[6] == "–"  # no verdict on itself; no train loss logged here
     assert _row(text, "multi30k-de", "Pre-LN")[2] == "pending"
     assert "Cells: 11 of 24" in text
@@ -143,3 +147,32 @@ def test_the_report_renders_from_the_committed_files_alone(report):
     assert study_llama.REPORT.read_text(encoding="utf-8") == first
     # One seed a side: Welch's test has no spread to test against, so nothing is shown.
     assert _row(first, "builtin", "DeepNorm")[5] == "higher test loss: not shown (Welch p = –)"
+
+
+def test_the_second_part_groups_its_sweeps_by_depth_and_tells_qk_norm_and_options_apart(
+        report, tmp_path: Path):
+    """Pre-LN with and without QK-norm are two schemes; HC's cell records its residual as a
+    mapping; the 6-layer group gathers the cells of its three sweeps."""
+    runs = tmp_path / "runs"
+    for seed, loss in (("1", 3.00), ("2", 3.02), ("3", 3.01)):
+        _cell(runs, "schemes-6-a", "pre", seed, loss)
+        _cell(runs, "schemes-6-qk", "pre", seed, loss - 0.3, qk_norm="rmsnorm")
+        _cell(runs, "schemes-6-hc", "{name: hyper, streams: 4}", seed, loss + 0.001)
+    text = report({})
+    assert _row(text, "6 layers", "Pre-LN")[1:3] == ["3", "3.010 ± 0.010"]
+    qk = _row(text, "6 layers", "Pre-LN + QK-norm")
+    assert qk[1:5] == ["3", "2.710 ± 0.010", "15.03 ± 0.15", "-0.300"]
+    assert qk[5].startswith("lower test loss: **shown**")
+    assert _row(text, "6 layers", "HC (n = 4)")[5].startswith("higher test loss: not shown")
+    assert _row(text, "12 layers", "nGPT")[2] == "pending"
+    assert "Cells: 9 of 42" in text
+    assert "model.decoder_layers=12 --set seed=1,2,3 --set model.residual=pre,lns,peri,ngpt" \
+        in text
+    cost = text.split("## What each scheme costs per step\n")[1].split("\n## ")[0]
+    assert "| Pre-LN |" in cost and "| nGPT |" in cost and "| 1.00 |" in cost
+
+
+def test_a_residual_recorded_as_a_mapping_is_read_by_its_name():
+    assert study_llama.residual_name("{name: mhc, streams: 4}") == "mhc"
+    assert study_llama.residual_name("ngpt") == "ngpt"
+    assert study_llama.residual_name("") == ""
