@@ -3,11 +3,7 @@
 Importing the package is cheap: heavy modules (torch, Lightning) load only when used.
 """
 
-from normzoo import moved
-
 __version__ = "0.1.0"
-
-moved.install()  # the 0.1 layout's import paths, with a DeprecationWarning (normzoo.moved)
 
 
 def __getattr__(name: str):

@@ -7,7 +7,7 @@ Hypothesis generates argument lists for every command (``train``, ``evaluate``, 
 generated bad inputs (recipes, data folders, checkpoints, exports, standard input) and outputs
 that are in the way, read-only or on a full disk (``tests/hazards.py``, which works as root).
 Most examples run in-process through :func:`normzoo.cli.main` (the console-script entry point)
-with ``sys.argv`` and the standard streams replaced; a few run as real ``python -m normzoo.cli``
+with ``sys.argv`` and the standard streams replaced; a few run as real ``python -m normzoo``
 processes, to show the same at the real command line.
 
 After each example every file left in its folder is checked to be whole (JSON, YAML, PNG,
@@ -579,7 +579,7 @@ def _subprocess_examples(world: World, root: Path) -> dict[str, tuple[Example, i
 
 
 def test_the_same_at_the_real_command_line(world: World, tmp_path: Path):
-    """A few of the cases as real processes (``python -m normzoo.cli``, or through
+    """A few of the cases as real processes (``python -m normzoo``, or through
     ``tests/hazards.py`` for a read-only folder or a full disk), run side by side."""
     examples = _subprocess_examples(world, tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -587,7 +587,7 @@ def test_the_same_at_the_real_command_line(world: World, tmp_path: Path):
     running = {}
     for label, (ex, _, _) in examples.items():
         prefix = ([sys.executable, str(HERE / "hazards.py"), *ex.wrapper] if ex.wrapper else
-                  [sys.executable, "-m", "normzoo.cli"])
+                  [sys.executable, "-m", "normzoo"])
         running[label] = subprocess.Popen(
             [*prefix, *ex.args], cwd=ex.folder, env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -23,7 +23,7 @@ def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Pat
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    result = run_with_terminal_stdout([sys.executable, "-m", "normzoo.cli", "train", str(path),
+    result = run_with_terminal_stdout([sys.executable, "-m", "normzoo", "train", str(path),
                                        f"run.dir={tmp_path / 'run'}"], env=env)
     assert result.code == 0, result.stderr
     console = result.stderr + result.stdout  # Lightning's bars write to stdout
@@ -48,7 +48,7 @@ def test_a_resumed_run_says_nothing_about_its_own_directory_being_in_use(tmp_pat
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "normzoo.cli", "train", str(path),
+    command = [sys.executable, "-m", "normzoo", "train", str(path),
                f"run.dir={tmp_path / 'run'}"]
     first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert first.returncode == 0, first.stderr

@@ -436,7 +436,7 @@ def test_diagnose_prints_a_zero_branch_ratio_for_rezero_at_initialisation(tmp_pa
 
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"),
            "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "normzoo.cli", "diagnose",
+    done = subprocess.run([sys.executable, "-m", "normzoo", "diagnose",
                            "recipes/quickstart.yaml", "model.residual=rezero",
                            "data.train_limit=200", "--out", str(tmp_path / "diag")],
                           capture_output=True, text=True, env=env, timeout=300,

@@ -52,7 +52,7 @@ def train(workspace: Path, name: str, *overrides: str, devices: int = 2,
           extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NORMZOO_CACHE": str(workspace / "cache")}
     strategy = ["trainer.strategy=ddp"] if devices > 1 else []
-    command = [sys.executable, "-m", "normzoo.cli", "train", str(workspace / "recipe.yaml"),
+    command = [sys.executable, "-m", "normzoo", "train", str(workspace / "recipe.yaml"),
                f"data.dir={workspace / 'data'}", f"run.dir={workspace / name}",
                f"trainer.devices={devices}", *strategy, *overrides, *extra]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
@@ -125,7 +125,7 @@ def test_validation_bleu_under_two_processes_equals_single_process_bleu(workspac
     ddp_bleu = float(rows[-1]["val/bleu"])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "normzoo.cli", "evaluate",
+        [sys.executable, "-m", "normzoo", "evaluate",
          str(workspace / "ddp/checkpoints/last.ckpt"), "--split", "valid", "--beam", "1",
          "--data-dir", str(workspace / "data"), "--hyps", str(workspace / "h.txt"), "--json"],
         capture_output=True, text=True, env=env, cwd=workspace, timeout=300)
@@ -178,7 +178,7 @@ def test_sigterm_under_ddp_stops_both_processes_at_one_step_and_resumes_exactly(
     settings = ("trainer.max_steps=30", "trainer.val_every_steps=3", "data.max_tokens=300")
     train(workspace, "term-whole", *settings)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NORMZOO_CACHE": str(workspace / "cache")}
-    command = [sys.executable, "-m", "normzoo.cli", "train", str(workspace / "recipe.yaml"),
+    command = [sys.executable, "-m", "normzoo", "train", str(workspace / "recipe.yaml"),
                f"data.dir={workspace / 'data'}", f"run.dir={workspace / 'term'}",
                "trainer.devices=2", "trainer.strategy=ddp", *settings]
     live = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

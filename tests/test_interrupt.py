@@ -43,7 +43,7 @@ def environment(cache: Path) -> dict[str, str]:
 
 def start(args: list[str], cwd: Path, crash: list[str] | None = None) -> subprocess.Popen:
     prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
-        [sys.executable, "-m", "normzoo.cli"]
+        [sys.executable, "-m", "normzoo"]
     with open(cwd / "stderr.txt", "w") as stderr:  # the process has its own copy
         return subprocess.Popen(
             [*prefix, *args], cwd=cwd, env=environment(cwd / "cache"), text=True,

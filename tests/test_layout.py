@@ -1,19 +1,17 @@
 """The package's layout as a newcomer meets it: a top level of packages named by job, no
 import cycle, no two modules named alike, a checkpoint loaded in one pass downward, and the old
-import paths still working (with a warning) for one release."""
+import paths of the 0.1 layout gone (no compatibility code before a first release)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
 import normzoo
-from normzoo.moved import MOVED
 
 ROOT = Path(normzoo.__file__).parent
 
@@ -29,7 +27,7 @@ MODULES = {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
 def test_the_top_level_holds_packages_and_at_most_three_modules_beside_init():
     loose = sorted(path.name for path in ROOT.glob("*.py") if path.name != "__init__.py")
     assert len(loose) <= 3, loose
-    assert set(loose) <= {"__main__.py", "errors.py", "moved.py"}, loose
+    assert set(loose) <= {"__main__.py", "errors.py"}, loose
 
 
 def test_no_two_modules_of_a_package_differ_only_by_a_suffix():
@@ -144,76 +142,43 @@ def test_loading_a_checkpoint_enters_each_module_once_on_its_way_down(tiny_check
 
 
 # Names plugins and scripts imported from the 0.1 layout, each with where it lives now.
-OLD_NAMES = [
-    ("normzoo.registry_entry", "PluginInfo", "normzoo.registry.entry"),
-    ("normzoo.options", "validate_options", "normzoo.registry.options"),
-    ("normzoo.checkpoint", "load", "normzoo.inference.load"),
-    ("normzoo.checkpoint", "load_checkpoint", "normzoo.inference.load"),
-    ("normzoo.checkpoint", "Loaded", "normzoo.inference.model"),
-    ("normzoo.checkpoint", "inference_device", "normzoo.inference.device"),
-    ("normzoo.checkpoint", "EXPORT_FILES", "normzoo.checkpoints.reading"),
-    ("normzoo.checkpoint_files", "CheckpointError", "normzoo.checkpoints.reading"),
-    ("normzoo.checkpoint_files", "check_plugins", "normzoo.checkpoints.plugins"),
-    ("normzoo.checkpoint_files", "load_state", "normzoo.checkpoints.rebuild"),
-    ("normzoo.checkpointing", "newest_checkpoint", "normzoo.checkpoints.rolling"),
-    ("normzoo.atomic", "atomic_write_text", "normzoo.io.atomic"),
-    ("normzoo.decoding", "beam_search", "normzoo.inference.decoding"),
-    ("normzoo.evaluate", "translate_dataset", "normzoo.inference.translate"),
-    ("normzoo.scoring", "score", "normzoo.inference.scoring"),
-    ("normzoo.card", "model_card", "normzoo.export.card"),
-    ("normzoo.hf", "LengthRule", "normzoo.export.hf"),
-    ("normzoo.hf.plain", "plain_model", "normzoo.export.hf.plain"),
-    ("normzoo.train", "run", "normzoo.run.training"),
-    ("normzoo.runlock", "RunLock", "normzoo.run.lock"),
-    ("normzoo.preemption", "Preempted", "normzoo.run.preemption"),
-    ("normzoo.rng", "capture", "normzoo.checkpoints.rng_state"),
-    ("normzoo.machine", "check_machine", "normzoo.run.machine"),
-    ("normzoo.optim", "lr_factor", "normzoo.tasks.optim"),
-    ("normzoo.diagnostics.sweep", "sweep", "normzoo.sweep.runner"),
-    ("normzoo.diagnostics.launch", "run_cells", "normzoo.sweep.launch"),
-    ("normzoo.diagnostics.compare", "compare_runs", "normzoo.sweep.compare"),
-    ("normzoo.diagnostics.grid", "parse_grid", "normzoo.recipe.grid"),
-    ("normzoo.checkpoints.atomic", "atomic_write_text", "normzoo.io.atomic"),
-    ("normzoo.checkpoints.load", "load", "normzoo.inference.load"),
-    ("normzoo.tasks.terms", "token_terms", "normzoo.nn.token_loss"),
-    ("normzoo.run.rng", "capture", "normzoo.checkpoints.rng_state"),
-    ("normzoo.data.prepared", None, "normzoo.data.cache"),
-    ("normzoo.data.prepare_tokenizer", "recipe_tokenizer", "normzoo.data.train_tokenizer"),
+# The 0.1 layout's module paths: gone without a shim before a first release (CHANGELOG.md).
+OLD_PATHS = [
+    "normzoo.registry_entry",
+    "normzoo.options",
+    "normzoo.checkpoint",
+    "normzoo.checkpoint_files",
+    "normzoo.checkpointing",
+    "normzoo.atomic",
+    "normzoo.decoding",
+    "normzoo.evaluate",
+    "normzoo.scoring",
+    "normzoo.card",
+    "normzoo.hf",
+    "normzoo.hf.plain",
+    "normzoo.train",
+    "normzoo.runlock",
+    "normzoo.preemption",
+    "normzoo.rng",
+    "normzoo.machine",
+    "normzoo.optim",
+    "normzoo.diagnostics.sweep",
+    "normzoo.diagnostics.launch",
+    "normzoo.diagnostics.compare",
+    "normzoo.diagnostics.grid",
+    "normzoo.checkpoints.atomic",
+    "normzoo.checkpoints.load",
+    "normzoo.tasks.terms",
+    "normzoo.run.rng",
+    "normzoo.data.prepared",
+    "normzoo.data.prepare_tokenizer",
 ]
 
 
-def test_every_moved_path_has_a_name_checked():
-    assert {old for old, _, _ in OLD_NAMES} | {"normzoo.hf.architectures",
-                                               "normzoo.diagnostics.sweep_plots",
-                                               "normzoo.diagnostics.seeds"} == set(MOVED)
-
-
-@pytest.mark.parametrize(("old", "name", "new"), OLD_NAMES)
-def test_an_old_import_path_works_and_warns(old: str, name: str | None, new: str,
-                                            monkeypatch: pytest.MonkeyPatch):
-    for key in [key for key in sys.modules if key == old or key.startswith(old + ".")]:
-        monkeypatch.delitem(sys.modules, key)
-    moved = rf"{old} has (moved to|been split: its names are in) .*{new}"
-    with pytest.warns(DeprecationWarning, match=moved) as caught:
-        module = importlib.import_module(old)
-    assert caught[0].filename == __file__  # the warning points at the importing line
-    target = importlib.import_module(new)
-    if name is None:  # every public name of the new module
-        names = [n for n in vars(target) if not n.startswith("_")]
-        assert names and all(getattr(module, n) is getattr(target, n) for n in names)
-    else:
-        assert getattr(module, name) is getattr(target, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        importlib.import_module(old)  # imported once, warned once
-
-
-def test_an_old_path_says_what_it_lacks(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delitem(sys.modules, "normzoo.scoring", raising=False)
-    with pytest.warns(DeprecationWarning):
-        module = importlib.import_module("normzoo.scoring")
-    with pytest.raises(AttributeError, match=r"moved to normzoo\.inference\.scoring"):
-        module.no_such_name  # noqa: B018
+@pytest.mark.parametrize("old", OLD_PATHS)
+def test_an_old_import_path_simply_stops_importing(old: str):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 # Every built-in scheme's module; "post" and "pre" are also the two placements the exports map

@@ -185,7 +185,7 @@ def test_a_cpu_without_bf16_trains_in_float32_and_says_so_once(tmp_path: Path):
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
            "NORMZOO_CPU_BF16": "0"}
-    result = subprocess.run([sys.executable, "-m", "normzoo.cli", "train", str(path),
+    result = subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
                              f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
                             env=env, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -241,7 +241,7 @@ def _first_step(tmp_path: Path, precision: str, residual: dict) -> tuple[dict, d
     # float32 with itself.
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
            "NORMZOO_CPU_BF16": "1"}
-    done = subprocess.run([sys.executable, "-m", "normzoo.cli", "train", str(path),
+    done = subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
                            f"run.dir={run_dir}"], capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stderr

@@ -242,7 +242,7 @@ def test_tokenizer_trains_on_a_seeded_sample(tmp_path: Path):
 
 
 def _prepare_command(recipe_file: Path, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "normzoo.cli", "prepare", str(recipe_file)],
+    return subprocess.Popen([sys.executable, "-m", "normzoo", "prepare", str(recipe_file)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -294,7 +294,7 @@ def test_prepare_command_reports_what_it_wrote(tmp_path: Path):
 
     recipe_file = tmp_path / "r.yaml"
     recipe_file.write_text(yaml.safe_dump(data))
-    result = subprocess.run([sys.executable, "-m", "normzoo.cli", "prepare", str(recipe_file)],
+    result = subprocess.run([sys.executable, "-m", "normzoo", "prepare", str(recipe_file)],
                             capture_output=True, text=True,
                             env={**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr
@@ -306,7 +306,7 @@ def test_prepare_command_reports_what_it_wrote(tmp_path: Path):
     manifest = json.loads((Path(lines[3].split(": ", 1)[1].split(" (")[0])
                            / "manifest.json").read_text())
     assert manifest["splits"]["train"]["rows"] == 200
-    missing = subprocess.run([sys.executable, "-m", "normzoo.cli", "prepare", str(recipe_file),
+    missing = subprocess.run([sys.executable, "-m", "normzoo", "prepare", str(recipe_file),
                               f"data.dir={tmp_path / 'nowhere'}"], capture_output=True, text=True)
     assert missing.returncode == 2 and "not found" in missing.stderr
     assert "Traceback" not in missing.stderr

@@ -54,7 +54,7 @@ def environment(cache: Path) -> dict[str, str]:
 def normzoo(args: list[str], cwd: Path, crash: list[str] | None = None,
             env: dict[str, str] | None = None):
     prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
-        [sys.executable, "-m", "normzoo.cli"]
+        [sys.executable, "-m", "normzoo"]
     return subprocess.run([*prefix, *args], cwd=cwd, env={**environment(cwd / "cache"),
                                                           **(env or {})},
                           capture_output=True, text=True, timeout=300)

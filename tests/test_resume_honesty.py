@@ -149,7 +149,7 @@ def test_a_skipped_damaged_checkpoint_is_a_plain_warning_line(run: Path, root: P
     (checkpoints / "step-2.ckpt").unlink()
     (checkpoints / "last.ckpt").write_bytes(b"cut short")
     result = subprocess.run(
-        [sys.executable, "-m", "normzoo.cli", "train", "tiny.yaml", f"run.dir={run}",
+        [sys.executable, "-m", "normzoo", "train", "tiny.yaml", f"run.dir={run}",
          "--resume", "auto"], cwd=root, capture_output=True, text=True, timeout=300,
         env={**os.environ, "NORMZOO_CACHE": str(root / "cache"), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
@@ -173,7 +173,7 @@ def test_the_sigterm_hint_repeats_the_overrides_and_resumes_the_same_run(root: P
     words = shlex.split(hint)
     assert words[:5] == ["normzoo", "train", "tiny.yaml", "--resume", "auto"]
     assert words[5:] == args[2:]  # every override, quoted for the shell
-    resumed = subprocess.run([sys.executable, "-m", "normzoo.cli", *words[1:]], cwd=root,
+    resumed = subprocess.run([sys.executable, "-m", "normzoo", *words[1:]], cwd=root,
                              capture_output=True, text=True, timeout=300, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "resume: " not in resumed.stderr  # nothing changed

@@ -60,7 +60,7 @@ def test_streaming_is_refused_for_translation_and_local_files(tmp_path: Path):
     for changes, message in ((["task=translation"], "streams causal_lm and mlm"),
                              (["data.source=files", "data.dir=x"], "streams hub datasets only")):
         (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe(tmp_path, "causal_lm")))
-        result = subprocess.run([sys.executable, "-m", "normzoo.cli", "recipe", "validate",
+        result = subprocess.run([sys.executable, "-m", "normzoo", "recipe", "validate",
                                  str(tmp_path / "r.yaml"), *changes],
                                 capture_output=True, text=True)
         assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -24,7 +24,7 @@ def _two_seed_sweep(tmp_path: Path, **trainer) -> tuple[list[str], dict[str, str
     path.write_text(yaml.safe_dump(tiny(trainer=trainer)), encoding="utf-8")
     out = tmp_path / "sweep"
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache")}
-    return ([sys.executable, "-m", "normzoo.cli", "sweep", str(path), "--set", "seed=1,2",
+    return ([sys.executable, "-m", "normzoo", "sweep", str(path), "--set", "seed=1,2",
              "--jobs", "2", "--out", str(out)], env, out)
 
 
