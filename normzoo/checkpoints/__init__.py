@@ -1,6 +1,8 @@
 """Checkpoint files: which ones a run keeps, what they carry, and how one is read back.
 
 * :mod:`~normzoo.checkpoints.rolling` — which checkpoints a run keeps; which one a resume takes.
+* :mod:`~normzoo.checkpoints.relocate` — a run directory moved to another path resumes with its
+  best checkpoint.
 * :mod:`~normzoo.checkpoints.rng_state` — the random generators' states, carried in a
   checkpoint as plain data so that a resumed run draws what an unbroken one would.
 * :mod:`~normzoo.checkpoints.reading` — read a checkpoint file or export folder; check each part.

@@ -192,6 +192,7 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
         # One FSDP unit per Transformer layer; each process saves its own shard.
         strategy = FSDPStrategy(auto_wrap_policy={EncoderLayer, DecoderLayer},
                                 state_dict_type="sharded")
+    from normzoo.checkpoints.relocate import relocate_callback
     from normzoo.checkpoints.rolling import rolling_checkpoints
     from normzoo.run.preemption import preemption_callback
 
@@ -210,7 +211,9 @@ def build_trainer(recipe: Recipe, run_dir: Path, **extra: Any):
     rolling = rolling_checkpoints(checkpoints, t.keep_checkpoints)
     from normzoo.run.final_test import final_validation_callback
 
-    callbacks: list[Any] = [best, rolling, preemption_callback(rolling, t.slurm_requeue),
+    # A run resumed from another folder keeps its best checkpoints (normzoo.checkpoints.relocate).
+    callbacks: list[Any] = [best, relocate_callback(best), rolling,
+                            preemption_callback(rolling, t.slurm_requeue),
                             _flush_logs_callback(), _learning_rate_callback(),
                             _throughput_callback(), final_validation_callback()]
     if t.patience is not None:
