@@ -58,20 +58,7 @@ def assemble(
     stacks = {}
     for info in stack_infos(config):
         build = SublayerBuilder(
-            scheme(info, **config.residual.options),
-            info,
-            make_norm,
-            heads=config.heads,
-            ffn_dim=config.ffn_dim,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation_dropout=config.activation_dropout,
-            activation=config.activation,
-            fused_qkv=config.fused_qkv,
-            bias=config.bias,
-            attention_impl=config.attention_impl,
-            kv_heads=config.kv_heads,
-            rope_base=config.rope_base if config.positions == "rope" else None,
+            config, scheme(info, **config.residual.options), info, make_norm,
             qk_norm=norm_maker(config, "qk_norm") if config.qk_norm is not None else None,
         )
         stacks[info.stack] = (EncoderStack if info.stack == "encoder" else DecoderStack)(build)

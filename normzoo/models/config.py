@@ -118,11 +118,11 @@ class ModelConfig(BaseModel):
             sound = self.model_copy(update={p.path: fields[p.path].default for p in problems})
             norm, residual, qk_norm, found = resolve(sound)
             problems += found
-            if not found:  # the options as the plugins' signatures read them
-                object.__setattr__(self, "norm", norm)  # frozen: set once, while validating
-                object.__setattr__(self, "residual", residual)
-                object.__setattr__(self, "qk_norm", qk_norm)
-                self._registry_checked = not problems
+            if not problems:  # a new config, with the options as the plugins' signatures read them
+                checked = self.model_copy(
+                    update={"norm": norm, "residual": residual, "qk_norm": qk_norm})
+                checked._registry_checked = True
+                return checked
         if problems:
             raise rule_error(*dict.fromkeys(problems))
         return self

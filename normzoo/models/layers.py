@@ -11,7 +11,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from normzoo.nn.attention import AttentionImpl, MultiheadAttention
+from normzoo.models.config import ModelConfig
+from normzoo.nn.attention import MultiheadAttention
 from normzoo.nn.dropout import Dropout
 from normzoo.nn.feedforward import GATED, FeedForward
 from normzoo.nn.kv_cache import LayerCache
@@ -25,33 +26,23 @@ def _prefixed(roles: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Te
 
 
 class SublayerBuilder:
-    """Builds the sublayers of one stack from the model's sizes, norm and scheme."""
+    """Builds the sublayers of one stack from the model's config, norm and scheme.
+
+    It holds the validated config whole and reads the sizes and choices it needs from it, so
+    a new model setting reaches the layers without being copied through here.
+    """
 
     def __init__(
         self,
+        config: ModelConfig,
         scheme: ResidualScheme,
         stack: StackInfo,
         make_norm: NormMaker,
-        *,
-        heads: int,
-        ffn_dim: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        fused_qkv: bool,
-        bias: bool,
-        attention_impl: AttentionImpl = "auto",
-        kv_heads: int | None = None,
-        rope_base: float | None = None,
         qk_norm: NormMaker | None = None,
     ) -> None:
-        self.scheme, self.stack, self.make_norm = scheme, stack, make_norm
+        self.config, self.scheme, self.stack, self.make_norm = config, scheme, stack, make_norm
         self.qk_norm = qk_norm
-        self.heads, self.ffn_dim, self.dropout = heads, ffn_dim, dropout
-        self.attention_dropout, self.activation_dropout = attention_dropout, activation_dropout
-        self.activation, self.fused_qkv, self.bias = activation, fused_qkv, bias
-        self.attention_impl, self.kv_heads, self.rope_base = attention_impl, kv_heads, rope_base
+        self.dropout = config.dropout
 
     def _inner(self, site: Site, width: int) -> nn.Module | None:
         return self.make_norm(width) if self.scheme.inner_norm(site) else None
@@ -61,18 +52,19 @@ class SublayerBuilder:
         return self.scheme.residual(site, lambda: self.make_norm(dim))
 
     def attention(self, site: Site) -> MultiheadAttention:
-        cross = site.kind is SublayerKind.CROSS_ATTN
+        c, cross = self.config, site.kind is SublayerKind.CROSS_ATTN
         attn = MultiheadAttention(
             self.stack.dim,
-            self.heads,
-            dropout=self.attention_dropout,
-            bias=self.bias,
+            c.heads,
+            dropout=c.attention_dropout,
+            bias=c.bias,
             cross=cross,
-            fused=self.fused_qkv,
+            fused=c.fused_qkv,
             inner_norm=self._inner(site, self.stack.dim),
-            impl=self.attention_impl,
-            kv_heads=self.kv_heads,
-            rope_base=self.rope_base,  # self-attention only: the module ignores it when cross
+            impl=c.attention_impl,
+            kv_heads=c.kv_heads,
+            # self-attention only: the module ignores it when cross
+            rope_base=c.rope_base if c.positions == "rope" else None,
             qk_norm=self.qk_norm,
             qk=self.scheme.attention_qk(site),
             scale=self.scheme.attention_scale(site),
@@ -84,14 +76,15 @@ class SublayerBuilder:
         return attn
 
     def feedforward(self, site: Site) -> FeedForward:
+        c = self.config
         ffn = FeedForward(
             self.stack.dim,
-            self.ffn_dim,
-            activation=self.activation,
-            dropout=self.activation_dropout,
-            bias=self.bias,
-            inner_norm=self._inner(site, self.ffn_dim),
-            scales=self.scheme.ffn_scales(site, self.ffn_dim, self.activation in GATED),
+            c.ffn_dim,
+            activation=c.activation,
+            dropout=c.activation_dropout,
+            bias=c.bias,
+            inner_norm=self._inner(site, c.ffn_dim),
+            scales=self.scheme.ffn_scales(site, c.ffn_dim, c.activation in GATED),
         )
         self.scheme.init_parameters(site, ffn.role_weights(), ffn.role_biases())
         return ffn
