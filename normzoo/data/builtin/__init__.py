@@ -1,8 +1,10 @@
 """The built-in corpus ``toy-en-xx``: English-like sentences -> an invented language.
 
 * :mod:`~normzoo.data.builtin.words` — the fixed word tables the language is drawn from.
-* :mod:`~normzoo.data.builtin.language` — the language: sentence trees, its lexicon built from
-  a fixed seed, the English and target renderings, and :func:`translate`.
+* :mod:`~normzoo.data.builtin.language` — the language: its lexicon and inflections, built
+  from a fixed seed.
+* :mod:`~normzoo.data.builtin.grammar` — its sentences: trees, the English and target
+  renderings, and :func:`translate`.
 * :mod:`~normzoo.data.builtin.corpus` — the corpus: sampled sentences in disjoint splits,
   :func:`generate`, :func:`write_split` and the lexicon tables.
 """
@@ -15,13 +17,8 @@ from normzoo.data.builtin.corpus import (
     noun_gender,
     write_split,
 )
-from normzoo.data.builtin.language import (
-    CORPUS_NAME,
-    Clause,
-    Form,
-    NounPhrase,
-    translate,
-)
+from normzoo.data.builtin.grammar import Clause, NounPhrase, translate
+from normzoo.data.builtin.language import CORPUS_NAME, Form
 from normzoo.data.builtin.language import _language as _language  # tests read the lexicon
 from normzoo.data.builtin.words import AGREEMENT_SUFFIXES, NOUN_PLURAL_SUFFIX, VERB_SUFFIXES
 

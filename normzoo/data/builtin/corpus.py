@@ -3,7 +3,8 @@
 Why it exists: a fresh, offline machine must be able to run the translation quick start, and a
 normalization study needs a task on which models can actually *learn* something, so that loss
 curves and BLEU differ between configurations. Copying the source gets a BLEU near zero here; a
-model has to learn a lexicon, agreement and word order (:mod:`~normzoo.data.builtin.language`).
+model has to learn a lexicon, agreement (:mod:`~normzoo.data.builtin.language`) and word order
+(:mod:`~normzoo.data.builtin.grammar`).
 
 Splits are disjoint by construction: a sentence's split is a hash bucket of its English text
 (independent of the sampling seed), so no seed can put a test sentence into training data.
@@ -18,16 +19,8 @@ import random
 import zlib
 from pathlib import Path
 
-from normzoo.data.builtin.language import (
-    CORPUS_NAME,
-    Clause,
-    Form,
-    NounPhrase,
-    _english,
-    _Language,
-    _language,
-    _target,
-)
+from normzoo.data.builtin.grammar import Clause, NounPhrase, _english, _target
+from normzoo.data.builtin.language import CORPUS_NAME, Form, _Language, _language
 from normzoo.data.builtin.words import (
     _ADJECTIVES,
     _ALL,
