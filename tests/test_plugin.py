@@ -1,19 +1,19 @@
 """The example third-party plugin (plugins/normzoo-example-plugin), built and installed by pip.
 
-pip builds the plugin's wheel offline (``--no-build-isolation --no-index``: setuptools must be in
-this environment) and installs it with ``--target`` into a temporary folder that is put on
+The plugin's own test helper (``plugins/normzoo-example-plugin/tests/plugin_site.py``) has pip
+build its wheel offline and install it with ``--target`` into a temporary folder put on
 ``sys.path``: the same files a ``pip install`` writes into site-packages, found through the same
-entry points, while the environment itself is never modified, even if the run is killed.
+entry points, while the environment itself is never modified. The plugin's own tests (its
+``cosine_softcap`` scheme) are in that folder too, and run in this suite (``testpaths``).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
+import importlib.util
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,59 +30,27 @@ from normzoo.errors import ConfigError
 from normzoo.models import assemble
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "normzoo-example-plugin"
-DIST, MODULE, VERSION = "normzoo-example-plugin", "normzoo_example_plugin", "0.1.0"
+_spec = importlib.util.spec_from_file_location("example_plugin_site",
+                                               PLUGIN / "tests" / "plugin_site.py")
+plugin_site = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plugin_site)
+DIST, MODULE, VERSION = plugin_site.DIST, plugin_site.MODULE, plugin_site.VERSION
 TINY = {"vocab_size": 30, "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 2,
         "decoder_layers": 2, "dropout": 0.0, "norm": {"name": "groupnorm", "groups": 2},
         "residual": "gpt2_scaled"}
 
 
-
-def _forget(folder: str) -> None:
-    while folder in sys.path:
-        sys.path.remove(folder)
-    sys.path_importer_cache.pop(folder, None)
-    for name in [n for n in sys.modules if n == MODULE or n.startswith(f"{MODULE}.")]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-    registry.norms.refresh()
-    registry.residuals.refresh()
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The plugin, pip-installed into a private folder on sys.path for this module's tests."""
-    try:
-        import setuptools
-    except ImportError:
-        pytest.fail("building the plugin offline needs setuptools: pip install 'setuptools>=77'")
-    if int(setuptools.__version__.split(".")[0]) < 77:
-        pytest.fail(f"setuptools {setuptools.__version__} is too old: pip install -U setuptools")
-    # Build from a copy, so the checkout gets no build/ or *.egg-info folders.
-    source = tmp_path_factory.mktemp("plugin-src") / PLUGIN.name
-    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns(
-        "build", "dist", "*.egg-info", "__pycache__"))
-    target = tmp_path_factory.mktemp("plugin-site")
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-               "--no-index", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
-               "--target", str(target), str(source)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        pytest.fail(f"pip could not install the plugin:\n{done.stdout}\n{done.stderr}")
-    assert (target / MODULE).is_dir() and list(target.glob(f"{MODULE}-{VERSION}.dist-info"))
-    sys.path.insert(0, str(target))
-    importlib.invalidate_caches()
-    registry.norms.refresh()
-    registry.residuals.refresh()
-    try:
+    with plugin_site.pip_installed(tmp_path_factory) as target:
         yield target
-    finally:
-        _forget(str(target))
 
 
 def test_the_plugin_is_not_there_without_installing_it():
     """Guards the fixture: the names come from the installed plugin, nowhere else."""
     assert "groupnorm" not in registry.norms.names()
-    assert "gpt2_scaled" not in registry.residuals.names()
+    assert not {"gpt2_scaled", "cosine_softcap"} & set(registry.residuals.names())
 
 
 def test_the_plugin_uses_only_normzoos_public_api():
