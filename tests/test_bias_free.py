@@ -12,7 +12,6 @@ from torch import nn
 from normzoo import registry
 from normzoo.errors import ConfigError
 from normzoo.models import assemble
-from normzoo.models.config import ModelConfig
 from normzoo.recipe import from_dict
 from normzoo.run.machine import parameter_count
 
@@ -110,32 +109,3 @@ def test_the_parameter_estimate_stays_a_lower_bound_with_fewer_key_value_heads()
     assert estimate <= actual
     assert estimate < parameter_count(from_dict({"task": "causal_lm", "model": config()}))
 
-
-def test_a_bias_free_checkpoint_of_normzoo_0_1_loads_as_it_was_built():
-    """In normzoo 0.1, ``model.bias: false`` kept the norms' and the masked-LM head's biases,
-    and its checkpoints hold them. A saved recipe of that time (no ``embed_scale`` in its model
-    section) is read as ``bias_scope: linear`` and loads into the model it was; the same
-    weights under a recipe of today are a misfit that says why and what to add."""
-    from normzoo.checkpoints.reading import CheckpointError
-    from normzoo.checkpoints.rebuild import _recipe, as_written, load_state
-
-    sizes = {"d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 1,
-             "decoder_layers": 0, "family": "encoder", "bias": False, "vocab_size": 40}
-    then = ModelConfig.parse({**sizes, "bias_scope": "linear"})
-    old_model = assemble(then)
-    old_state = old_model.state_dict()
-    assert "output_bias" in old_state and "encoder.ends.final_norm.bias" in old_state
-    saved = {"task": "mlm", "model": sizes}  # as 0.1 wrote it: no embed_scale, no bias_scope
-    assert as_written(saved)["model"]["bias_scope"] == "linear"
-    rebuilt = assemble(_recipe(saved, "old.ckpt", []).model, vocab_size=40)
-    load_state(rebuilt, old_state, "old.ckpt")  # fits exactly
-    assert all(torch.equal(rebuilt.state_dict()[k], v) for k, v in old_state.items())
-    # today's recipe (embed_scale written) means no norm biases: the same weights misfit
-    today = {"task": "mlm", "model": {**sizes, "embed_scale": True}}
-    assert "bias_scope" not in as_written(today)["model"]
-    model = assemble(_recipe(today, "new.ckpt", []).model, vocab_size=40)
-    with pytest.raises(CheckpointError, match=r"unexpected.*add model.bias_scope=linear"):
-        load_state(model, old_state, "new.ckpt")
-    edited = {**model.state_dict(), "encoder.extra.weight": torch.zeros(16)}
-    with pytest.raises(CheckpointError, match="was one of them edited"):
-        load_state(model, edited, "edited.ckpt")

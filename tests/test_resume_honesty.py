@@ -182,8 +182,7 @@ def test_the_sigterm_hint_repeats_the_overrides_and_resumes_the_same_run(root: P
 
 def test_settings_that_build_the_same_model_resume_and_those_that_do_not_are_refused():
     """``kv_heads`` equal to ``heads`` is multi-head attention as unset is, and ``rope_base``
-    without rotary positions is read by nothing: neither stops a resume. A 0.1 checkpoint of
-    ``bias: false`` (norm biases kept) resumes under ``bias_scope: linear`` only."""
+    without rotary positions is read by nothing: neither stops a resume."""
     from normzoo.recipe import from_dict
     from normzoo.run.resume import ResumeError, check_resumable
 
@@ -196,11 +195,3 @@ def test_settings_that_build_the_same_model_resume_and_those_that_do_not_are_ref
     assert check_resumable(saved(base), same, Path("x.ckpt")) == []
     with pytest.raises(ResumeError, match=r"model\.kv_heads: checkpoint null, recipe 1"):
         check_resumable(saved(base), from_dict(tiny(model={"kv_heads": 1})), Path("x.ckpt"))
-
-    old = {**base, "model": {k: v for k, v in base["model"].items()
-                             if k not in ("embed_scale", "bias_scope", "kv_heads", "rope_base")}
-           | {"bias": False}}
-    linear = from_dict(tiny(model={"bias": False, "bias_scope": "linear"}))
-    assert check_resumable(saved(old), linear, Path("old.ckpt")) == []
-    with pytest.raises(ResumeError, match=r"model\.bias_scope: checkpoint linear, recipe all"):
-        check_resumable(saved(old), from_dict(tiny(model={"bias": False})), Path("old.ckpt"))

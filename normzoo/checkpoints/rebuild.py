@@ -27,22 +27,10 @@ def rebuild(saved: SavedModel, differences: list[str]) -> tuple[Recipe, Transfor
     return recipe, model
 
 
-def as_written(data: Any) -> Any:
-    """A saved recipe read with the meaning it was written with: in normzoo 0.1 (whose saved
-    model sections have no ``embed_scale``, added with rotary positions) ``model.bias: false``
-    removed the projections' biases only, kept the norms' and the masked-LM head's, and its
-    checkpoints hold them: it is ``bias_scope: linear`` now."""
-    model = data.get("model") if isinstance(data, dict) else None
-    if (isinstance(model, dict) and model.get("bias") is False and "embed_scale" not in model
-            and "bias_scope" not in model):
-        return {**data, "model": {**model, "bias_scope": "linear"}}
-    return data
-
-
 def _recipe(data: Any, source: str, differences: list[str]) -> Recipe:
     """The saved recipe, its problems (if any) reported as the checkpoint's, not the user's."""
     try:
-        return from_dict(as_written(data))
+        return from_dict(data)
     except ConfigError as error:
         title = f"{source} holds an invalid recipe"
         if differences:
@@ -89,18 +77,6 @@ def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor], source: s
         detail = _misfit(model, state) or error_line(error)
         raise CheckpointError(
             f"{source} does not fit the model its recipe describes: {detail}. Its weights and "
-            f"its saved recipe disagree ({_cause(model, state)}); use the file as normzoo "
+            "its saved recipe disagree (was one of them edited?); use the file as normzoo "
             "train wrote it"
         ) from None
-
-
-def _cause(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> str:
-    """The likely reason for a misfit: an edit, or a checkpoint of a ``model.bias: false``
-    model from before that setting also removed the biases of norms and the masked-LM head."""
-    extra = [k for k in state if k not in model.state_dict()]
-    config = getattr(model, "config", None)
-    if extra and all(k.endswith("bias") for k in extra) and not getattr(config, "bias", True):
-        return ("its recipe has model.bias: false, which in normzoo 0.1 left the biases of norms "
-                "and of the masked-LM head in place and now removes them; it was written by an "
-                "older normzoo: add model.bias_scope=linear to build the model it was")
-    return "was one of them edited?"

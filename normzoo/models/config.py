@@ -76,12 +76,6 @@ class ModelConfig(BaseModel):
     bias: bool = Field(
         default=True, description="biases in linear layers, norms and the masked-LM head"
     )
-    bias_scope: Literal["all", "linear"] = Field(
-        default="all",
-        description="what bias: false removes: all biases, or (linear) only those of the "
-        "attention and feed-forward projections, keeping the norms' and the masked-LM head's, "
-        "as normzoo 0.1 did; its checkpoints load as linear",
-    )
     tie_output: bool = Field(default=True, description="output projection = token embedding")
     share_embeddings: bool = Field(
         default=True, description="encoder and decoder share one embedding (joint vocabulary)"
@@ -118,11 +112,11 @@ class ModelConfig(BaseModel):
             sound = self.model_copy(update={p.path: fields[p.path].default for p in problems})
             norm, residual, qk_norm, found = resolve(sound)
             problems += found
-            if not problems:  # a new config, with the options as the plugins' signatures read them
-                checked = self.model_copy(
-                    update={"norm": norm, "residual": residual, "qk_norm": qk_norm})
-                checked._registry_checked = True
-                return checked
+            if not found:  # the options as the plugins' signatures read them
+                object.__setattr__(self, "norm", norm)  # frozen: set once, while validating
+                object.__setattr__(self, "residual", residual)
+                object.__setattr__(self, "qk_norm", qk_norm)
+                self._registry_checked = not problems
         if problems:
             raise rule_error(*dict.fromkeys(problems))
         return self
@@ -154,9 +148,9 @@ class ModelConfig(BaseModel):
 
     @property
     def norm_bias(self) -> bool:
-        """Whether norms and the masked-LM head keep their biases (``bias`` and
-        ``bias_scope``)."""
-        return self.bias or self.bias_scope == "linear"
+        """Whether norms and the masked-LM head keep their biases: with ``bias``, as the
+        linear layers do."""
+        return self.bias
 
     @property
     def registry_checked(self) -> bool:

@@ -65,7 +65,7 @@ class EncoderModel(TransformerModel):
     """BERT-style encoder with a masked-LM head (dense, activation, norm, tied projection).
 
     The head's dense bias and the output bias exist only where the model has biases
-    (``model.bias``, ``model.bias_scope``), like the norms' biases.
+    (``model.bias``), like the norms' biases.
     """
 
     def __init__(self, config: ModelConfig, encoder: EncoderStack, make_norm) -> None:

@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normzoo.checkpoints.rebuild import as_written
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.models.config import ModelConfig
@@ -242,7 +241,7 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
         raise ResumeError(f"{path} is damaged: its recipe has no model section")
     defaults = Recipe().to_dict()
     defaults["model"] = ModelConfig().model_dump(mode="json")
-    theirs = _their_paths(_filled(as_written(theirs), defaults))  # 0.1's bias: false
+    theirs = _their_paths(_filled(theirs, defaults))
     old, new = _leaves(_same_model(theirs)), _leaves(_same_model(recipe.to_dict()))
     step = saved["global_step"]
     accepted: list[Change] = []
