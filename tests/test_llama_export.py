@@ -19,6 +19,7 @@ from normzoo.cli import app
 from normzoo.data import builtin
 from normzoo.data.tokenizer import PAD
 from normzoo.export.hf.llama import llama_target, why_not_llama
+from normzoo.export.hf.plain import NotMappable
 from normzoo.models import assemble
 from normzoo.models.config import ModelConfig
 from normzoo.run import training as train
@@ -196,3 +197,33 @@ def test_a_qk_norm_decoder_exports_as_qwen3_with_the_same_logits():
     assert llama is target.build
     other = assemble(ModelConfig.parse({**SIZES, "qk_norm": "layernorm"}), vocab_size=50)
     assert "not an RMSNorm" in why_not_llama(other)
+
+
+class _Halved(torch.nn.Module):
+    """A stand-in for a scheme's module inside a sublayer: halves what it is given."""
+
+    def forward(self, a, b=None):
+        return a / 2, None if b is None else b / 2
+
+
+@pytest.mark.parametrize(("where", "says"), [
+    ("qk", "decoder.layers.1.self_attn has a scheme's module on its queries and keys"),
+    ("scale", "decoder.layers.1.self_attn scales its attention scores by 3"),
+    ("scales", "decoder.layers.1.ffn has a scheme's scales on its pre-activations"),
+])
+def test_a_schemes_module_inside_a_sublayer_is_refused_though_its_connection_is_pre_ln(
+        where: str, says: str):
+    """A scheme whose connections fold into Pre-LN may still act inside the sublayers
+    (attention_qk, attention_scale, ffn_scales); no export maps that, and each says where."""
+    from normzoo.export.hf.plain import plain_model
+
+    model = assemble(ModelConfig.parse(SIZES), vocab_size=50)
+    layer = model.decoder.layers[1]
+    if where == "scales":
+        layer.ffn.scales = _Halved()
+    else:
+        setattr(layer.self_attn, where, _Halved() if where == "qk" else 3.0)
+    assert says in why_not_llama(model)
+    assert llama_target(model, "pre") is None
+    with pytest.raises(NotMappable, match=says):
+        plain_model(model, "pre")

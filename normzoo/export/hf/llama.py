@@ -29,7 +29,7 @@ from torch import nn
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
 from normzoo.export.hf.architectures import Target
-from normzoo.export.hf.plain import PlainModel
+from normzoo.export.hf.plain import PlainModel, scheme_inside
 from normzoo.models.config import ModelConfig
 from normzoo.models.families import DecoderModel, TransformerModel
 from normzoo.nn.norms import RMSNorm
@@ -89,6 +89,9 @@ def why_not_llama(model: TransformerModel) -> str | None:
             norms.append(residual.norm)
         if not all(isinstance(m.inner_norm, nn.Identity) for m in (layer.self_attn, layer.ffn)):
             return f"layer {i} has norms inside its branches"
+    inside = scheme_inside(model)
+    if inside is not None:
+        return inside
     if not isinstance(stack.embedding_norm, nn.Identity):
         return "it normalises its embeddings"
     if type(stack.ends) is not StreamEnds or _rms(stack.ends.final_norm) is None:

@@ -162,7 +162,27 @@ class _Reader:
             self.norm(f"{name}.final_norm", final, f"{name} final norm")
 
 
+def scheme_inside(model: TransformerModel) -> str | None:
+    """A residual scheme's module inside a sublayer, in words (its own queries-and-keys module,
+    score scale or feed-forward scales: the contract's ``attention_qk``, ``attention_scale``,
+    ``ffn_scales``), or None: no transformers architecture computes them, whatever form the
+    scheme's connections fold into."""
+    for name, module in model.named_modules():
+        if getattr(module, "qk", None) is not None:
+            return (f"{name} has a scheme's module on its queries and keys "
+                    f"({type(module.qk).__name__})")
+        if getattr(module, "scale", None) is not None and hasattr(module, "qk"):
+            return f"{name} scales its attention scores by {module.scale:g}, not 1/sqrt(head_dim)"
+        if getattr(module, "scales", None) is not None:
+            return (f"{name} has a scheme's scales on its pre-activations "
+                    f"({type(module.scales).__name__})")
+    return None
+
+
 def _check_layers(model: TransformerModel) -> None:
+    inside = scheme_inside(model)
+    if inside is not None:
+        raise NotMappable(inside)
     config = model.config
     if config.positions == "rope":
         raise NotMappable("model.positions is rope; the transformers architectures normzoo maps "
