@@ -176,6 +176,7 @@ def test_evaluate_translate_and_generate_take_a_device(command: str):
     assert "--device" in output and "cuda:N" in output and "[default: cpu]" in output
 
 
+@pytest.mark.gpu  # "auto" takes the GPU where there is one
 def test_load_takes_a_device(tiny_checkpoint: Path):
     from normzoo.errors import NormzooError
 

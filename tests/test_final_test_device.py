@@ -25,8 +25,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::Deprecat
 
 @pytest.mark.parametrize("accelerator", [
     "cpu",
-    pytest.param("gpu", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                 reason="needs a CUDA GPU")),
+    pytest.param("gpu", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
 ])
 def test_the_final_test_decodes_on_the_training_device(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch,

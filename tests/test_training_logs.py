@@ -82,6 +82,7 @@ def test_throughput_of_every_step_is_its_tokens_over_the_time_since_the_step_bef
     assert all(tokens[s] > sentences[s] > 0 for s in tokens)
 
 
+@pytest.mark.gpu  # on a GPU it also checks that MFU is logged
 @pytest.mark.parametrize("accumulate", [1, 2])
 def test_flops_per_second_are_the_measured_flops_per_token_times_tokens_per_second(
     runs, accumulate
@@ -194,6 +195,7 @@ def test_a_checkpoint_with_unnamed_parameter_groups_resumes_with_the_named_ones(
     assert tuple(group["name"] for group in optimizer.param_groups) == GROUP_NAMES
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="MFU needs a GPU")
 def test_a_gpu_run_logs_mfu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from lightning.fabric.utilities.throughput import get_available_flops
