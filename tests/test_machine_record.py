@@ -66,7 +66,7 @@ def test_the_record_says_what_the_cpu_has_not_what_an_override_asks(
 def test_cores_are_this_process_share(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from normzoo.sweep.launch import threads_per_job
+    from normzoo.sweep.local import threads_per_job
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity on this platform")

@@ -15,6 +15,9 @@ import yaml
 from tiny import tiny
 
 from normzoo.sweep import launch
+from normzoo.sweep.cell_job import CellJob
+from normzoo.sweep.local import GpuShare, _StopSignals, threads_per_job
+from normzoo.sweep.slurm import Slurm
 
 
 def _two_seed_sweep(tmp_path: Path, **trainer) -> tuple[list[str], dict[str, str], Path]:
@@ -155,7 +158,7 @@ def test_a_sweep_started_with_ctrl_c_ignored_keeps_ignoring_it():
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with launch._StopSignals():
+        with _StopSignals():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
@@ -166,7 +169,7 @@ def test_a_sweep_started_with_ctrl_c_ignored_keeps_ignoring_it():
 def test_the_cores_are_shared_among_the_jobs(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's; the process may use 8
-    assert [launch.threads_per_job(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert [threads_per_job(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
 
 
 def test_a_failed_cell_is_reported_after_the_others_finish(tmp_path: Path):
@@ -239,14 +242,14 @@ def test_a_new_job_takes_the_least_held_gpu():
         def done(self) -> bool:
             return self.finished
 
-    share = launch.GpuShare(["0", "1"])
+    share = GpuShare(["0", "1"])
     running = Job(False)
     share.hold(running, share.take())           # GPU 0
     share.hold(Job(True), share.take())         # GPU 1, its job already finished
     assert share.take() == "1"                  # 1 is free again, 0 still held
     running.finished = True
     assert share.take() == "0"                  # both free: the first
-    assert launch.GpuShare([]).take() is None
+    assert GpuShare([]).take() is None
 
 
 def test_the_slurm_submission_is_one_array_of_single_node_jobs(tmp_path: Path, monkeypatch):
@@ -258,7 +261,7 @@ def test_the_slurm_submission_is_one_array_of_single_node_jobs(tmp_path: Path, m
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    slurm = launch.Slurm(partition="gpu", time_min=600, gpus=1, cpus=8)
+    slurm = Slurm(partition="gpu", time_min=600, gpus=1, cpus=8)
     executor = submitit.SlurmExecutor(folder=tmp_path / ".submitit")
     executor.update_parameters(**slurm.parameters(parallel=3))
     script = executor._make_submission_file_text("python -m submitit.core._submit X", "UID")
@@ -300,7 +303,7 @@ def test_each_slurm_job_is_a_checkpointable_cell_that_requeues_itself(tmp_path: 
     monkeypatch.setattr(launch, "_wait", lambda pending, *rest: submitted.extend(pending))
     cells = [{"seed": "1"}, {"seed": "2"}]
     launch.run_cells(cells, _mark, tmp_path, jobs=2, launcher="slurm",
-                     slurm=launch.Slurm(time_min=600))
+                     slurm=Slurm(time_min=600))
     assert [job.job_id for job in submitted] == ["4242_0", "4242_1"]
     for job, cell in zip(submitted, cells, strict=True):
         task = DelayedSubmission.load(job.paths.submitted_pickle)
@@ -308,7 +311,7 @@ def test_each_slurm_job_is_a_checkpointable_cell_that_requeues_itself(tmp_path: 
         assert task._timeout_min == 600
         again = task._checkpoint_function()  # what submitit's handler pickles for the requeue
         assert isinstance(again, DelayedSubmission)
-        assert isinstance(again.function, launch.CellJob) and again.function.cell == cell
+        assert isinstance(again.function, CellJob) and again.function.cell == cell
         assert again.function.work is task.function.work
         assert again.result() == {**cell, "ran": "yes"}
     script = submitted[0].paths.submission_file.read_text()
@@ -380,7 +383,7 @@ def test_submitits_signal_checkpoints_the_current_step_and_requeues_the_cell(
 
     paths = JobPaths(tmp_path / ".submitit", job_id="4242_0", task_id=0)
     paths.folder.mkdir(parents=True)
-    job = DelayedSubmission(launch.CellJob(work, cell, None))
+    job = DelayedSubmission(CellJob(work, cell, None))
     job.set_timeout(600, 3)
     job.dump(paths.submitted_pickle)
     signals = (signal.SIGTERM, signal.SIGCONT, JobEnvironment._usr_sig())
@@ -397,7 +400,7 @@ def test_submitits_signal_checkpoints_the_current_step_and_requeues_the_cell(
         assert "requeueing the cell" in capfd.readouterr().err
         # The requeued job (same job id) runs what the handler pickled: the same cell.
         requeued = DelayedSubmission.load(paths.submitted_pickle)
-        assert isinstance(requeued.function, launch.CellJob)
+        assert isinstance(requeued.function, CellJob)
         assert requeued.function.cell == cell
         Cluster()._handle_signals(paths, requeued)
         row = requeued.result()

@@ -48,8 +48,8 @@ def sweep(
 ) -> None:
     """Train every combination of the --set values; finished cells are skipped on a re-run.
     Writes results.csv/.md (final loss, metric, diverged and when) and loss/stability plots."""
-    from normzoo.sweep.launch import Slurm
     from normzoo.sweep.runner import sweep as run_sweep
+    from normzoo.sweep.slurm import Slurm
 
     folder = out or Path("runs") / f"sweep-{recipe.stem}"
     slurm = Slurm(partition=slurm_partition, time_min=slurm_time, gpus=slurm_gpus,

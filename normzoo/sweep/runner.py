@@ -27,8 +27,9 @@ from normzoo.recipe.grid import (  # noqa: F401  (cells' names and overrides: pu
     split_values,
     value_name,
 )
-from normzoo.sweep.launch import Slurm, run_cells
+from normzoo.sweep.launch import run_cells
 from normzoo.sweep.seeds import over_seeds
+from normzoo.sweep.slurm import Slurm
 
 FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
