@@ -10,8 +10,8 @@ from normzoo.recipe.bases import merge, read_recipe
 from normzoo.recipe.loading import MODEL_LIMITS, from_dict, load
 from normzoo.recipe.overrides import apply_overrides, parse_override
 from normzoo.recipe.reading import read_yaml
+from normzoo.recipe.rules import FAMILY_OF_TASK
 from normzoo.recipe.schema import (
-    FAMILY_OF_TASK,
     DataConfig,
     DiagnosticsConfig,
     EvalConfig,

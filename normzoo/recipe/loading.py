@@ -22,7 +22,8 @@ from normzoo.recipe.bases import BASE_KEY, read_recipe_with_bases
 from normzoo.recipe.optim import schedule_problems
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape
-from normzoo.recipe.schema import FAMILY_OF_TASK, Recipe, section_problems
+from normzoo.recipe.rules import FAMILY_OF_TASK, section_problems
+from normzoo.recipe.schema import Recipe
 from normzoo.registry.options import (
     boolean_numbers,
     close_match,
@@ -171,7 +172,7 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
-    """The recipe-wide rules (:func:`~normzoo.recipe.schema.section_problems`) on what is left
+    """The recipe-wide rules (:func:`~normzoo.recipe.rules.section_problems`) on what is left
     of an invalid recipe, each key's default standing in where it is missing."""
     model, trainer = _section(left, "model"), _section(left, "trainer")
     data, evaluation = _section(left, "data"), _section(left, "eval")

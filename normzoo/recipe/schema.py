@@ -1,6 +1,7 @@
-"""The recipe's schema: every section, every field's range, and every rule that ties fields
-together (cross-field rules included), so that validating a recipe once catches all that a run
-would refuse. Loading (YAML, overrides, error collection) lives in :mod:`normzoo.recipe.loading`.
+"""The recipe's schema: every section, every field's range, and every rule that ties a section's
+fields together, so that validating a recipe once catches all that a run would refuse; the rules
+that tie one section to another are :mod:`normzoo.recipe.rules`, which the loader applies too.
+Loading (YAML, overrides, error collection) lives in :mod:`normzoo.recipe.loading`.
 
 A cross-field rule raises :func:`~normzoo.registry.options.rule_error` with the problems
 located relative to its section; :func:`~normzoo.registry.options.located_problems` puts them
@@ -18,55 +19,11 @@ from pydantic import Field, create_model, field_validator, model_validator
 from normzoo.errors import Problem
 from normzoo.models.config import ModelConfig
 from normzoo.recipe.optim import OptimConfig, schedule_problems
+from normzoo.recipe.rules import section_problems
 from normzoo.recipe.section import Section
 from normzoo.registry.options import rule_error
 
 Task = Literal["translation", "mlm", "causal_lm"]
-FAMILY_OF_TASK = {"translation": "encoder_decoder", "mlm": "encoder", "causal_lm": "decoder"}
-
-
-def family_problem(task: Any, family: Any) -> Problem | None:
-    """The problem with ``model.family`` if it does not fit ``task`` (both already valid)."""
-    expected = FAMILY_OF_TASK.get(task)
-    if expected is None or family not in FAMILY_OF_TASK.values() or family == expected:
-        return None
-    return Problem("model.family", f"task '{task}' needs family '{expected}', not '{family}'")
-
-
-def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_options: Any,
-                     streaming: Any, average_last: Any = 1, keep: Any = 5) -> list[Problem]:
-    """The rules that tie one section to another, on plain values (the loader also checks them
-    on what is left of a recipe whose sections have problems of their own)."""
-    problems = [family_problem(task, family), strategy_problem(residual, residual_options,
-                                                               strategy)]
-    if streaming is True and task == "translation":
-        problems.append(Problem("data.streaming", "streams causal_lm and mlm corpora; "
-                                "translation corpora are prepared once with `normzoo prepare` "
-                                "and memory-mapped"))
-    if isinstance(average_last, int) and isinstance(keep, int) and average_last > max(keep, 1):
-        problems.append(Problem("eval.average_last", f"averages the newest {average_last} "
-                                f"periodic checkpoints, but trainer.keep_checkpoints={keep} "
-                                "keeps fewer; raise trainer.keep_checkpoints"))
-    return [problem for problem in problems if problem is not None]
-
-
-def strategy_problem(residual: Any, options: Any, strategy: Any) -> Problem | None:
-    """What the residual scheme says against training under ``strategy`` with ``options``
-    (:meth:`~normzoo.residual.base.ResidualScheme.recipe_problem`); None for a scheme the
-    registry does not know (the model section reports that)."""
-    if not isinstance(residual, str) or not isinstance(strategy, str):
-        return None
-    from normzoo.errors import NormzooError
-    from normzoo.models.resolve import scheme_class
-
-    try:
-        scheme = scheme_class(residual)
-    except NormzooError:
-        return None
-    message = scheme.recipe_problem(options if isinstance(options, dict) else {}, strategy)
-    return None if message is None else Problem("model.residual", message)
-
-
 _Section = Section
 
 
