@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
-from normzoo.inference.decoding import _ban_specials, beam_search, greedy, sample
+from normzoo.inference.decoding import _ban_specials, beam_search, greedy
+from normzoo.inference.sampling import sample
 from normzoo.models import assemble
 
 VOCAB = 31

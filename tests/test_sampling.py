@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
-from normzoo.inference.decoding import _pick, sample
+from normzoo.inference.sampling import _pick, sample
 from normzoo.models import assemble
 
 VOCAB = 40

@@ -4,7 +4,8 @@
   export folder to a model, through :mod:`normzoo.checkpoints`' reading, plugins and rebuild.
 * :mod:`~normzoo.inference.model` — :class:`Loaded`, what ``normzoo.load`` hands back.
 * :mod:`~normzoo.inference.device` — the device a user names, checked against this machine.
-* :mod:`~normzoo.inference.decoding` — greedy and beam search, sampling, with the KV cache.
+* :mod:`~normzoo.inference.decoding` — greedy and beam search, with the KV cache.
+* :mod:`~normzoo.inference.sampling` — sampling from language models, with the KV cache.
 * :mod:`~normzoo.inference.translate` — a whole split translated in token-budget batches.
 * :mod:`~normzoo.inference.scoring` — BLEU and chrF with sacreBLEU; the paired bootstrap.
 """

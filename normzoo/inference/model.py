@@ -1,8 +1,8 @@
 """A trained model ready for inference: what ``normzoo.load`` hands back.
 
 :class:`Loaded` holds the model, its tokenizer and the recipe that trained it, and translates,
-samples or streams with them through :mod:`~normzoo.inference.decoding` and
-:mod:`~normzoo.inference.translate`. It knows nothing of files: the checkpoint loader
+samples or streams with them through :mod:`~normzoo.inference.translate` and
+:mod:`~normzoo.inference.sampling`. It knows nothing of files: the checkpoint loader
 (:mod:`normzoo.inference.load`) builds it.
 """
 
@@ -77,7 +77,7 @@ class Loaded:
         than the model's positions is cut to its last tokens, with an
         :class:`~normzoo.inference.translate.InputCut` warning that names its line
         (``first_line`` for the first prompt)."""
-        from normzoo.inference.decoding import ragged_sample_steps
+        from normzoo.inference.sampling import ragged_sample_steps
 
         self._causal_lm()
         if batch_size < 1:
@@ -109,7 +109,7 @@ class Loaded:
         so the text of a token prefix is a prefix of the whole text. ``generator`` must be on
         the model's device (:meth:`generator`); ``line`` names the prompt in a warning."""
         from normzoo.data.tokenizer import EOS
-        from normzoo.inference.decoding import ragged_sample_steps
+        from normzoo.inference.sampling import ragged_sample_steps
 
         self._causal_lm()
         ids = self._prompt_ids(prompt, line)
@@ -140,7 +140,7 @@ class Loaded:
         """BOS and ``prompt``'s tokens, cut to fit the model (with a warning naming ``line``);
         None for an empty prompt, which gets an empty continuation."""
         from normzoo.data.tokenizer import BOS
-        from normzoo.inference.decoding import fit_prompt
+        from normzoo.inference.sampling import fit_prompt
         from normzoo.inference.translate import warn_cut
 
         tokens = self.tokenizer.encode(prompt) if prompt.strip() else []
