@@ -9,6 +9,8 @@ Post-LN and Pre-LN, at 6+6 layers with three seeds (``shallow``) and at 18+18 wi
 (``deep``). **Collect** copies each cell's ``summary.json``, ``cell.json`` and the loss columns
 of its ``metrics.csv`` into ``docs/precision/data/``; **render** writes the report from those
 files alone, so every number in it is in the repository. Cells not yet run show as pending.
+The sweeps are ``study_precision_plan.py``'s, the verdicts ``study_precision_verdicts.py``'s
+and the figure ``study_precision_plots.py``'s.
 
 The verdict is :func:`normzoo.sweep.significance.judge` on each reading's per-seed values, fp32
 against bf16-mixed: a precision effect is *shown* only with three seeds a side or more, Welch's
@@ -28,31 +30,18 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 from study_files import as_float, copy_cells, curve, read_csv, training_minutes
+from study_precision_plan import COMMANDS, DEPTH, PRECISIONS, RECIPE, SCHEMES, SEEDS, STUDIES
+from study_precision_plots import plot_losses
+from study_precision_verdicts import _ms, failed, group, verdict_lines
 
-from normzoo.sweep.significance import INDICATED, MIN_SEEDS, NOT_SHOWN, SHOWN, judge, welch_p
+from normzoo.sweep.significance import NOT_SHOWN
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "precision" / "data"
 FIGURES = ROOT / "docs" / "precision"
 REPORT = ROOT / "docs" / "precision.md"
-RECIPE = "recipes/studies/multi30k_depth.yaml"
-STUDIES = ("shallow", "deep")
-PRECISIONS = {"32-true": "fp32", "bf16-mixed": "bf16-mixed"}
-SCHEMES = {"post": "Post-LN", "pre": "Pre-LN"}
-SEEDS = {"shallow": ("1", "2", "3"), "deep": ("1",)}
-DEPTH = {"shallow": "6+6", "deep": "18+18"}
-FAILED_BLEU = 1.0  # a scheme whose every cell scores below this test BLEU failed to train
-COMMANDS = {
-    "shallow": f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
-               "--set seed=1,2,3 --set model.residual=post,pre "
-               "--set trainer.precision=32-true,bf16-mixed --out runs/study-precision/shallow",
-    "deep": f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k "
-            "--set model.encoder_layers,model.decoder_layers=18 --set model.residual=post,pre "
-            "--set trainer.precision=32-true,bf16-mixed --out runs/study-precision/deep",
-}
 
 
 # -- collect ----------------------------------------------------------------------------------
@@ -104,148 +93,10 @@ def load_cells() -> list[Cell]:
             for folder in sorted((DATA / study).iterdir()) if (folder / "cell.json").is_file()]
 
 
-def group(cells: list[Cell], study: str, scheme: str, precision: str) -> list[Cell]:
-    return sorted((c for c in cells if (c.study, c.scheme, c.precision) == (study, scheme,
-                                                                             precision)),
-                  key=lambda c: c.seed)
-
-
-def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "pending" if value is None else f"{value:.{digits}f}"
 
-
-def _ms(values: list[float], digits: int = 2) -> str:
-    mean, sd = mean_sd(values)
-    if mean is None:
-        return "pending"
-    return f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
-# -- verdicts ---------------------------------------------------------------------------------
-READINGS = (("bleu", "test2016 BLEU (beam 5)", 2), ("best_val", "best validation loss", 3))
-
-
-def compare(cells: list[Cell], study: str, scheme: str, attribute: str) -> dict[str, Any]:
-    """bf16 minus fp32 in the mean of ``attribute`` over seeds, and the seed-aware verdict on
-    it: BLEU with no paired bootstrap (no translations kept), so at most indicated; the
-    validation loss by the seeds' test alone (no per-sentence values)."""
-    values = {p: [getattr(c, attribute) for c in group(cells, study, scheme, p)
-                  if getattr(c, attribute) is not None] for p in PRECISIONS}
-    expected = len(SEEDS[study])
-    done = all(len(v) == expected for v in values.values())
-    result: dict[str, Any] = {"values": values, "done": done, "diff": None, "verdict": None,
-                              "welch": None}
-    if values["32-true"] and values["bf16-mixed"]:
-        result["diff"] = (statistics.mean(values["bf16-mixed"])
-                          - statistics.mean(values["32-true"]))
-        result["verdict"] = judge(values["32-true"], values["bf16-mixed"], None,
-                                  sentence_test=attribute == "bleu")
-        result["welch"] = welch_p(values["32-true"], values["bf16-mixed"])
-    return result
-
-
-def failed(cells: list[Cell], study: str, scheme: str) -> bool:
-    """Whether every cell of the scheme, in both precisions, scored under FAILED_BLEU."""
-    mine = [c for p in PRECISIONS for c in group(cells, study, scheme, p)]
-    return bool(mine) and all(c.bleu is not None and c.bleu < FAILED_BLEU for c in mine)
-
-
-def _both(values: dict[str, list[float]], digits: int) -> str:
-    return ", ".join(f"{PRECISIONS[p]} {_ms(v, digits)}" for p, v in values.items())
-
-
-def verdict_lines(cells: list[Cell]) -> tuple[list[str], str | None]:
-    """One line per scheme and reading, and the strongest verdict over the 6+6 readings (None
-    while cells are pending)."""
-    lines, labels = [], []
-    for study in STUDIES:
-        for scheme, name in SCHEMES.items():
-            for attribute, what, digits in READINGS:
-                c = compare(cells, study, scheme, attribute)
-                head = f"- {name} {DEPTH[study]}, {what}:"
-                if c["diff"] is None:
-                    lines.append(f"{head} pending.")
-                    continue
-                where = "" if c["done"] else " (not every seed has run yet)"
-                numbers = f"bf16 minus fp32 {c['diff']:+.{digits}f} ({_both(c['values'], digits)})"
-                seeds = min(len(v) for v in c["values"].values())
-                if seeds < MIN_SEEDS:
-                    few = "one seed" if seeds == 1 else f"{seeds} seeds"
-                    line = (f"{head} {numbers}: {few} a precision can neither show nor rule out "
-                            f"a precision effect{where}.")
-                else:
-                    label = c["verdict"].label
-                    why = ("no test translations were kept, so no paired bootstrap: at most "
-                           "indicated" if attribute == "bleu" else
-                           "no per-sentence losses: the seeds' test alone")
-                    line = (f"{head} {numbers}: {'**' + label + '**' if label == SHOWN else label}"
-                            f" (Welch p = {c['welch']:.2f}; {why}){where}.")
-                if failed(cells, study, scheme):
-                    line += (f" {name} fails to train in both precisions (BLEU under "
-                             f"{FAILED_BLEU:.0f} in every cell), so no precision effect could be "
-                             "seen here at all.")
-                lines.append(line)
-                if study == "shallow":
-                    labels.append(c["verdict"].label if c["done"] else None)
-    if not labels or None in labels:
-        return lines, None
-    return lines, next((label for label in (SHOWN, INDICATED) if label in labels), NOT_SHOWN)
-
-
-# -- plots ------------------------------------------------------------------------------------
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _smoothed(points: list[tuple[int, float]], width: int = 4) -> list[tuple[int, float]]:
-    out = []
-    for i in range(len(points)):
-        window = points[max(0, i - width + 1) : i + 1]
-        out.append((points[i][0], sum(v for _, v in window) / len(window)))
-    return out
-
-
-def plot_losses(cells: list[Cell]) -> str | None:
-    if not cells:
-        return None
-    plt = _plt()
-    panels = [(s, k) for s in STUDIES for k in SCHEMES]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), sharey=True)
-    for ax, (study, scheme) in zip(axes, panels, strict=True):
-        for i, precision in enumerate(PRECISIONS):
-            for cell in group(cells, study, scheme, precision):
-                colour = f"C{i}"
-                train = _smoothed(cell.losses("train_loss"))
-                if train:
-                    ax.plot(*zip(*train, strict=True), color=colour, alpha=0.5, lw=1,
-                            label=f"{PRECISIONS[precision]} train" if cell.seed == "1" else None)
-                val = cell.losses("val_loss")
-                if val:
-                    ax.plot(*zip(*val, strict=True), "o--", color=colour, ms=4, lw=1,
-                            label=f"{PRECISIONS[precision]} validation"
-                            if cell.seed == "1" else None)
-        ax.set_title(f"{SCHEMES[scheme]} {DEPTH[study]}", fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    axes[0].set_ylabel("loss")
-    fig.tight_layout()
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURES / "loss_curves.png", dpi=110)
-    plt.close(fig)
-    return "precision/loss_curves.png"
 
 
 # -- render -----------------------------------------------------------------------------------
@@ -356,7 +207,7 @@ def render(cells: list[Cell]) -> str:
         conclusion = (f"**At 6+6, a precision effect is {strongest} on at least one reading**, "
                       f"so the depth study stays in float32. {deep}")
     signature = next((c.signature for c in cells if c.signature), "")
-    plot = plot_losses(cells)
+    plot = plot_losses(cells, FIGURES)
     lines = [
         "# bf16-mixed against fp32: does the precision move normzoo's readings?", "",
         "*Generated by `python benchmarks/study_precision.py` from the files the sweeps wrote "
