@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import study_depth
+import study_depth_cells
 import study_depth_plan as plan
 
 WORDS = ["ein", "mann", "fährt", "mit", "dem", "fahrrad", "durch", "die", "stadt", "am", "abend"]
@@ -239,7 +240,7 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
 
 
 def test_the_averaged_checkpoint_is_reported_only_where_it_averages_the_converged_stretch():
-    average = study_depth._averaged
+    average = study_depth_cells._averaged
     converged = {"rule": "...", "bleu": 30.5, "checkpoints": ["step-3000.ckpt"]}
     assert average(converged, "best-2500.ckpt") == (30.5, "")
     assert average({"rule": "...", "skipped": "still improving"}, None)[0] is None
