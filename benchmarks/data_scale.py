@@ -19,8 +19,9 @@ The same is measured for the in-memory data path of ``--baseline`` (a git revisi
 prepared data; run from a temporary worktree) up to ``--baseline-max`` pairs, and for a
 ``causal_lm`` corpus of ``--lm-tokens`` tokens (recipes/gpt_prenorm.yaml).
 
-Each training process runs this file with ``--child``: it patches ``normzoo.run.training`` to stop
-the run right after the first optimizer step, records the time and ``ru_maxrss``, and exits.
+Each training process runs ``data_scale_child.py``: it patches ``normzoo.run.training`` to stop
+the run right after the first optimizer step, records the time and ``ru_maxrss``, and exits. The
+corpora are ``data_scale_corpora.py``'s.
 """
 
 from __future__ import annotations
@@ -28,17 +29,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from common import MULTI30K, REPO, RESULTS, machine, machine_lines, write_report
+from common import REPO, RESULTS, machine, machine_lines, write_report
+from data_scale_corpora import (
+    write_corpus,
+    write_lm_corpus,
+    write_lm_real_corpus,
+    write_real_corpus,
+)
 
-WMT14 = MULTI30K.parent / "wmt14_ende"
 BASELINE = "2afa3d2"  # the last revision that held every split as Python lists
 # GPT-2 small's 16 k-token steps take minutes on a CPU: a smaller decoder on the same data
 # (the data path, not the model, is what is measured; its own memory is reported beside it).
@@ -48,149 +52,7 @@ TRAIN = ["data.source=files", "data.train_split=train", "data.valid_split=valid"
          "data.test_split=test", "trainer.max_steps=2", "trainer.precision=32-true",
          "trainer.accumulate=1", "trainer.accelerator=cpu", "trainer.progress_bar=false"]
 
-
-# -- the child: one training process that stops after its first step -------------------------
-
-
-def child(out_dir: str, argv: list[str]) -> None:
-    """Run ``normzoo`` with ``argv``; at the first optimizer step write this rank's time and
-    peak memory to ``out_dir`` and leave at once (no checkpoint, validation or test)."""
-    from lightning.pytorch.callbacks import Callback
-
-    from normzoo import cli
-    from normzoo.run import training as train
-
-    class FirstStep(Callback):
-        batch_time = None
-
-        def on_train_batch_start(self, trainer, *args) -> None:
-            if self.batch_time is None:  # data mapped, model built, first batch in hand
-                self.batch_time = time.time()
-
-        def on_train_batch_end(self, trainer, *args) -> None:
-            if trainer.global_step >= 1:
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-                record = {"time": time.time(), "batch_time": self.batch_time,
-                          "peak_rss": peak, "rank": trainer.global_rank}
-                path = Path(out_dir) / f"rank{trainer.global_rank}.json"
-                path.write_text(json.dumps(record))
-                os._exit(0)
-
-    build = train.build_trainer
-
-    def build_and_arm(*args, **kwargs):
-        trainer = build(*args, **kwargs)
-        trainer.callbacks.append(FirstStep())
-        return trainer
-
-    train.build_trainer = build_and_arm
-    if argv[0] == "prepare":  # its peak memory, whatever way it ends
-        try:
-            cli.app(args=argv, prog_name="normzoo")
-        finally:
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            (Path(out_dir) / "prepare.json").write_text(json.dumps({"peak_rss": peak}))
-    if os.environ.get("DATA_SCALE_TOKENIZER"):
-        warm_tokenizer(os.environ["DATA_SCALE_TOKENIZER"])
-    # sys.argv stays this script's: Lightning's DDP launcher re-runs it for the second rank.
-    cli.app(args=argv, prog_name="normzoo")
-
-
-def warm_tokenizer(path: str) -> None:
-    """The in-memory path with its tokenizer cache warm: it still reads and hashes the training
-    text to find its tokenizer, as it did, but loads the prepared path's tokenizer (the same
-    training text and settings) instead of training one for minutes."""
-    from normzoo.data import tokenizer
-    from normzoo.tasks import datamodule
-
-    def cached(texts, **settings):
-        tokenizer.corpus_key(texts, settings)  # the cost of finding the cache entry
-        return tokenizer.Tokenizer.load(path)
-
-    datamodule.train_tokenizer = cached
-
-
-# -- corpora ----------------------------------------------------------------------------------
-
-
-def real_pairs() -> tuple[list[str], list[str]]:
-    src, tgt = [], []
-    for folder, splits in ((MULTI30K, ("train", "val", "test2016")),
-                           (WMT14, ("newstest2013", "newstest2014"))):
-        for split in splits:
-            src += (folder / f"{split}.en").read_text(encoding="utf-8").splitlines()
-            tgt += (folder / f"{split}.de").read_text(encoding="utf-8").splitlines()
-    return src, tgt
-
-
-def write_real_corpus(folder: Path) -> Path:
-    """Every real pair once (about 40 k): the same vocabulary as the sampled corpora, so the
-    same model, with a corpus too small for its data to matter: the model's own memory."""
-    if (folder / "done").is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    src, tgt = real_pairs()
-    (folder / "train.en").write_text("".join(line + "\n" for line in src))
-    (folder / "train.de").write_text("".join(line + "\n" for line in tgt))
-    for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
-        for lang in ("en", "de"):
-            shutil.copyfile(WMT14 / f"{split}.{lang}", folder / f"{role}.{lang}")
-    (folder / "done").write_text("")
-    return folder
-
-
-def write_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
-    """``pairs`` training pairs sampled from the real ones; WMT14's dev and test sets."""
-    if (folder / "done").is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    src, tgt = real_pairs()
-    rng = np.random.default_rng(seed)
-    with (folder / "train.en").open("w") as en, (folder / "train.de").open("w") as de:
-        for start in range(0, pairs, 500_000):
-            picks = rng.integers(0, len(src), min(500_000, pairs - start)).tolist()
-            en.write("".join(src[i] + "\n" for i in picks))
-            de.write("".join(tgt[i] + "\n" for i in picks))
-    for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
-        for lang in ("en", "de"):
-            shutil.copyfile(WMT14 / f"{split}.{lang}", folder / f"{role}.{lang}")
-    (folder / "done").write_text("")
-    return folder
-
-
-def write_lm_real_corpus(folder: Path) -> Path:
-    """Every real line once: the LM corpora's vocabulary, little data."""
-    if (folder / "done").is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    src, tgt = real_pairs()
-    (folder / "train.txt").write_text("".join(line + "\n" for line in src + tgt))
-    for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
-        (folder / f"{role}.txt").write_bytes((WMT14 / f"{split}.en").read_bytes())
-    (folder / "done").write_text("")
-    return folder
-
-
-def write_lm_corpus(folder: Path, tokens: int, seed: int = 0) -> Path:
-    """About ``tokens`` tokens (estimated at 1.4 per word) of sampled English and German lines."""
-    if (folder / "done").is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    src, tgt = real_pairs()
-    lines = src + tgt
-    words = np.array([len(line.split()) for line in lines])
-    rng = np.random.default_rng(seed)
-    target_words = int(tokens / 1.4)
-    with (folder / "train.txt").open("w") as out:
-        written = 0
-        while written < target_words:
-            picks = rng.integers(0, len(lines), 200_000)
-            written += int(words[picks].sum())
-            out.write("".join(lines[i] + "\n" for i in picks.tolist()))
-    for role, split in (("valid", "newstest2013"), ("test", "newstest2014")):
-        (folder / f"{role}.txt").write_bytes((WMT14 / f"{split}.en").read_bytes())
-    (folder / "done").write_text("")
-    return folder
+CHILD = Path(__file__).with_name("data_scale_child.py")  # each training process
 
 
 # -- measurements -----------------------------------------------------------------------------
@@ -214,7 +76,7 @@ def first_step(args, recipe: str, overrides: list[str], devices: int, work: Path
     if tokenizer is not None:
         env["DATA_SCALE_TOKENIZER"] = str(tokenizer)
     started = time.time()
-    process = subprocess.Popen([sys.executable, __file__, "--child", str(out), "--", *argv],
+    process = subprocess.Popen([sys.executable, str(CHILD), str(out), "--", *argv],
                                env=env, cwd=pythonpath or REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -236,7 +98,7 @@ def cold_prepare(recipe: str, overrides: list[str], cache: Path, work: Path,
     shutil.rmtree(cache, ignore_errors=True)
     env = {**os.environ, "NORMZOO_CACHE": str(cache), "OMP_NUM_THREADS": str(threads)}
     started = time.time()
-    done = subprocess.run([sys.executable, __file__, "--child", str(work), "--", "prepare",
+    done = subprocess.run([sys.executable, str(CHILD), str(work), "--", "prepare",
                            recipe, *overrides], env=env, cwd=REPO, capture_output=True, text=True)
     seconds = round(time.time() - started, 1)
     if done.returncode != 0:
@@ -379,9 +241,6 @@ def report(args, results: dict, info: dict) -> list[str]:
 
 
 def main() -> None:
-    if len(sys.argv) > 2 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[4:])
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000,4500000")
     parser.add_argument("--lm-tokens", type=int, default=100_000_000)
