@@ -23,14 +23,14 @@ speed-up bf16 could reach on this CPU if it sped up only the matrix products.
 Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``. ``--decode CKPT`` instead
 runs ``normzoo evaluate`` of a translation checkpoint on test2016 in fp32 and with ``--bf16``
 (beam 5 and greedy): BLEU, the sentences translated differently and the wall time, in
-``precision-decode-cpu.md``.
+``precision-decode-cpu.md``. The kernels are ``precision_kernels.py``'s, the decoding
+``precision_decode.py``'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import statistics
 import subprocess
@@ -42,6 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
 from common import MULTI30K, REPO, RESULTS, machine, machine_lines, table, write_report
+from precision_decode import decoding_report, measure_decoding
+from precision_kernels import measure_gemm, measure_kernels
 
 RECIPE = REPO / "recipes" / "studies" / "multi30k_depth.yaml"
 PRECISIONS = ("32-true", "bf16-mixed")
@@ -91,90 +93,7 @@ def measure_training(args: argparse.Namespace) -> list[dict]:
     return runs
 
 
-# -- kernels ----------------------------------------------------------------------------------
-
-
-def _time_ms(fn, reps: int = 20, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
-
-
-def measure_kernels() -> list[dict[str, Any]]:
-    import torch
-    import torch.nn.functional as F
-
-    from normzoo.nn.attention import explicit_attention
-    from normzoo.nn.cross_entropy import smoothed_cross_entropy_sum
-    from normzoo.nn.dropout import dropout
-
-    torch.manual_seed(0)
-    # A study batch: ~2,000 target tokens as 100 sentences of 20, 4 heads of 32, a 6,000 vocab.
-    b, h, t, d, vocab, tokens = 100, 4, 20, 32, 6000, 2000
-    mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
-    mask[::3, ..., -4:] = False
-    labels = torch.randint(1, vocab, (tokens,))
-    rows = []
-    for dtype in (torch.float32, torch.bfloat16):
-        name = "fp32" if dtype is torch.float32 else "bf16"
-
-        def leaf(*shape, dtype=dtype):
-            return torch.randn(*shape).to(dtype).requires_grad_(True)
-
-        q, k, v = leaf(b, h, t, d), leaf(b, h, t, d), leaf(b, h, t, d)
-        logits, x = leaf(tokens, vocab), leaf(b, t, 128)
-
-        def sdpa(q=q, k=k, v=v):
-            F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
-
-        def explicit(q=q, k=k, v=v):
-            explicit_attention(q, k, v, mask, 0.0).sum().backward()
-
-        def torch_ce(logits=logits):
-            F.cross_entropy(logits.float(), labels, ignore_index=0, label_smoothing=0.1,
-                            reduction="sum").backward()
-
-        def blocked_ce(logits=logits):
-            smoothed_cross_entropy_sum(logits, labels, ignore_index=0,
-                                       smoothing=0.1).backward()
-
-        def torch_dropout(x=x):
-            F.dropout(x, 0.1, True).sum().backward()
-
-        def our_dropout(x=x):
-            dropout(x, 0.1, True).sum().backward()
-
-        for kernel, ours, theirs in (("attention (SDPA / explicit)", explicit, sdpa),
-                                     ("cross-entropy, 6,000 vocab (F / blocked)", blocked_ce,
-                                      torch_ce),
-                                     ("dropout 0.1 (F / normzoo)", our_dropout, torch_dropout)):
-            rows.append({"kernel": kernel, "dtype": name, "torch_ms": _time_ms(theirs),
-                         "normzoo_ms": _time_ms(ours)})
-    return rows
-
-
-def measure_gemm() -> list[dict[str, Any]]:
-    """GFLOP/s of the study's matrix products, fp32 against bf16: what bf16 can gain at most."""
-    import torch
-
-    rows = []
-    for m, k, n, what in ((2048, 128, 512, "FFN in"), (2048, 512, 128, "FFN out"),
-                          (2048, 128, 384, "fused q/k/v"), (2048, 128, 6000, "output "
-                                                                              "projection")):
-        rates = {}
-        for dtype in (torch.float32, torch.bfloat16):
-            a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-            out = torch.empty(m, n, dtype=dtype)
-            ms = _time_ms(lambda a=a, b=b, out=out: torch.mm(a, b, out=out))
-            rates[str(dtype).split(".")[-1]] = 2 * m * k * n / ms / 1e6
-        rows.append({"shape": f"[{m}, {k}] x [{k}, {n}] ({what})", "fp32_gflops":
-                     rates["float32"], "bf16_gflops": rates["bfloat16"]})
-    return rows
+# -- one training step, by torch's profiler ---------------------------------------------------
 
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
@@ -221,54 +140,6 @@ def measure_breakdown(data: Path, steps: int = 6) -> dict[str, dict[str, float]]
         matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / steps / 1e3
         result[precision] = {"step_ms": total, "matmul_ms": matmul, "other_ms": total - matmul}
     return result
-
-
-# -- decoding ---------------------------------------------------------------------------------
-
-
-def measure_decoding(checkpoint: Path, data: Path, threads: int) -> list[dict[str, Any]]:
-    """``normzoo evaluate`` of ``checkpoint`` on test2016 in fp32 and under ``--bf16``, beam 5
-    and greedy: BLEU, chrF and the command's wall time, each in a process of its own."""
-    rows = []
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    with tempfile.TemporaryDirectory() as tmp:
-        for beam in (5, 1):
-            for bf16 in (False, True):
-                hyps = Path(tmp) / f"hyps-{beam}-{bf16}.txt"
-                command = [sys.executable, "-m", "normzoo.cli", "evaluate", str(checkpoint),
-                           "--data-dir", str(data), "--beam", str(beam), "--hyps", str(hyps),
-                           "--json", *(["--bf16"] if bf16 else [])]
-                started = time.perf_counter()
-                done = subprocess.run(command, env=env, capture_output=True, text=True,
-                                      cwd=REPO)
-                wall = time.perf_counter() - started
-                if done.returncode != 0:
-                    raise SystemExit(f"normzoo evaluate exited {done.returncode}:\n"
-                                     f"{done.stderr[-3000:]}")
-                result = json.loads(done.stdout)
-                rows.append({"beam": beam, "precision": "bf16" if bf16 else "fp32",
-                             "bleu": result["bleu"], "chrf": result["chrf"],
-                             "wall_s": round(wall, 1),
-                             "hypotheses": hyps.read_text(encoding="utf-8").splitlines()})
-    for row in rows:  # how many sentences bf16 translates differently from fp32
-        fp32 = next(r for r in rows if r["beam"] == row["beam"] and r["precision"] == "fp32")
-        row["differing_sentences"] = sum(a != b for a, b in zip(row["hypotheses"],
-                                                                fp32["hypotheses"], strict=True))
-    for row in rows:
-        del row["hypotheses"]
-    return rows
-
-
-def decoding_report(checkpoint: Path, info: dict, rows: list[dict]) -> list[str]:
-    lines = ["# Decoding in bf16 against fp32 (`normzoo evaluate --bf16`)", "",
-             *machine_lines(info), "", f"Checkpoint: `{checkpoint}`; test2016 (1,000 "
-             "sentences); each command a process of its own, its wall time start-up included.",
-             ""]
-    lines += table(["beam", "precision", "BLEU", "chrF", "sentences unlike fp32's",
-                    "wall (s)"],
-                   [[str(r["beam"]), r["precision"], f"{r['bleu']:.2f}", f"{r['chrf']:.2f}",
-                     str(r["differing_sentences"]), f"{r['wall_s']:.0f}"] for r in rows])
-    return lines
 
 
 # -- report -----------------------------------------------------------------------------------
