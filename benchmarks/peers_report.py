@@ -1,0 +1,138 @@
+"""What ``peers.py`` reports: normzoo's rate over each peer's for the same job, the model FLOPs
+utilisation on a GPU, and the Markdown report with how each peer is configured.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+from common import device_slug, machine_lines, table
+from frameworks import SIZES
+
+
+def peak_flops() -> tuple[float, str] | None:
+    """The GPU's dense bf16 peak, looked up from its name, and which entry matched."""
+    if not torch.cuda.is_available():
+        return None
+    from normzoo.run.hardware import peak_bf16_flops
+
+    return peak_bf16_flops(torch.cuda.get_device_name())
+
+
+def add_ratios(results: list[dict[str, Any]]) -> None:
+    """normzoo's median over each row's median, for rows of the same job."""
+    ours = {r["job"]: r["rate"]["median"] for r in results
+            if r["framework"] == "normzoo" and "rate" in r}
+    for r in results:
+        if "rate" in r and r["job"] in ours:
+            r["normzoo_over_this"] = ours[r["job"]] / r["rate"]["median"]
+
+
+def add_mfu(results: list[dict[str, Any]], peak: tuple[float, str] | None) -> None:
+    """Model FLOPs utilisation 6 * params * target tokens/s over the GPU's bf16 peak."""
+    if peak is None:
+        return
+    for r in results:
+        if r["job"] == "train" and "rate" in r:
+            r["mfu"] = 6 * r["params"] * r["rate"]["median"] / peak[0]
+
+
+def ratio_text(row: dict[str, Any]) -> str:
+    return f"{row['normzoo_over_this']:.2f}" if "normzoo_over_this" in row else "n/a"
+
+
+def training_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
+    rows = []
+    for r in results:
+        if r["job"] != "train":
+            continue
+        if "error" in r:
+            rows.append([r["framework"], "failed", "", "", "", ""] + ["", ""] * gpu)
+            continue
+        rate = r["rate"]
+        row = [r["label"], f"{r['params'] / 1e6:.2f} M", f"{rate['median']:,.0f}",
+               f"{rate['min']:,.0f}–{rate['max']:,.0f}", ratio_text(r), f"{r['peak_rss_mib']:,.0f}"]
+        if gpu:
+            row += [f"{r['cuda_peak_mib']:,.0f}", f"{100 * r.get('mfu', float('nan')):.1f}%"]
+        rows.append(row)
+    return rows
+
+
+def decoding_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
+    rows = []
+    for r in results:
+        if r["job"] == "train":
+            continue
+        if "error" in r:
+            rows.append([r["job"], r["framework"], "failed", "", "", "", ""] + [""] * gpu)
+            continue
+        rate = r["rate"]
+        row = [r["job"], r["label"], f"{rate['median']:,.2f}",
+               f"{rate['min']:,.2f}–{rate['max']:,.2f}", ratio_text(r),
+               f"{r['generated_tokens']:,}", f"{r['peak_rss_mib']:,.0f}"]
+        if gpu:
+            row.append(f"{r['cuda_peak_mib']:,.0f}")
+        rows.append(row)
+    return rows
+
+
+def report(args: argparse.Namespace, data: dict, results: list[dict[str, Any]],
+           info: dict[str, Any]) -> list[str]:
+    size = SIZES[args.size]
+    gpu = torch.cuda.is_available()
+    peak = peak_flops()
+    tokens = [b["ntokens"] for b in data["train"]]
+    lines = [f"# normzoo vs peers: training and decoding speed ({args.size} size, "
+             f"{device_slug()})", "", "Command: `python benchmarks/peers.py --size "
+             f"{args.size} --reps {args.reps} --warmup {args.warmup} --threads {args.threads}`",
+             "", *machine_lines(info), "",
+             f"Model: encoder–decoder, d_model {size.d_model}, {size.heads} heads, FFN "
+             f"{size.ffn_dim} (ReLU), {size.layers}+{size.layers} layers, Pre-LN with final "
+             f"norms, dropout {size.dropout}, joint BPE vocabulary of {data['vocab_size']}, "
+             "shared embeddings tied to the output projection. "
+             + ("bf16 autocast." if gpu else "float32."), "",
+             f"Data: {data['corpus']}, {data['pairs']:,} pairs; {len(data['train'])} "
+             f"token-budget batches of at most {size.max_tokens:,} tokens (padding included; "
+             f"{min(tokens):,}–{max(tokens):,} target tokens each), cycled in the same order "
+             "for every framework.", "",
+             "## Training: one optimizer step", "",
+             "Forward, label-smoothed (0.1) cross-entropy over the target tokens, backward, "
+             f"AdamW. Median over {args.reps} steps after {args.warmup} warm-up steps; the "
+             "range is min–max. Memory: peak RSS of the measuring process minus its RSS after "
+             "imports and data.", ""]
+    header = ["framework", "parameters", "target tokens/s", "range", "normzoo / this",
+              "peak RSS MiB"] + (["CUDA peak MiB", "MFU"] if gpu else [])
+    lines += table(header, training_rows(results, gpu))
+    if peak is not None:
+        lines += ["", f"MFU = 6 × parameters × target tokens/s over {peak[0] / 1e12:.0f} "
+                  f"TFLOP/s, the dense bf16 peak of the {peak[1]}; it leaves out the encoder's "
+                  "source tokens and attention, so it understates the true utilisation."]
+    lines += ["", "## Decoding", "",
+              f"{size.decode_sentences} source sentences in batches of {size.decode_batch}, "
+              f"exactly {size.decode_len} tokens generated per sentence on both sides "
+              "(normzoo: `min_len` = length limit; Hugging Face: `min_new_tokens` = "
+              "`max_new_tokens`), so both do the same number of decoder steps on random-init "
+              "weights. Median over passes over all sentences.", ""]
+    header = ["search", "framework", "sentences/s", "range", "normzoo / this",
+              "generated tokens", "peak RSS MiB"] + (["CUDA peak MiB"] if gpu else [])
+    lines += table(header, decoding_rows(results, gpu))
+    lines += ["", "## How each peer is configured", "",
+              "- x-transformers: `XTransformer` with `attn_flash=True` (SDPA), ReLU FFN, "
+              "embedding and sublayer dropout; no biases in attention and LayerNorms without a "
+              "bias (its defaults); learned absolute positions; output projection tied by hand "
+              "(`XTransformer` does not pass `tie_embedding` on).",
+              "- Hugging Face: `MBartForConditionalGeneration` (mBART is BART with Pre-LN and "
+              "final LayerNorms, plus a LayerNorm after the embeddings), SDPA attention, "
+              "learned positions, `scale_embedding=True`; `generate` suppresses PAD and BOS as "
+              "normzoo does.",
+              "- torch: `nn.Transformer(norm_first=True, batch_first=True)` (final norms "
+              "included), scaled embeddings plus learned positions, tied output; its "
+              "`dropout` also drops attention weights and FFN activations, which the others "
+              "leave alone (PyTorch offers no way to turn that off alone).",
+              "- normzoo: `ModelConfig(residual=pre, norm=layernorm)`, sinusoidal positions, "
+              "fused QKV, trained through `TranslationTask.loss_terms` and normzoo's own "
+              "AdamW (`normzoo.tasks.optim`), outside Lightning.",
+              "- Every framework steps the multi-tensor AdamW (`foreach=True`)."]
+    return lines
