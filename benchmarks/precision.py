@@ -55,7 +55,7 @@ SKIP = 10  # warm-up steps left out of the throughput
 
 
 def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Path) -> dict:
-    command = [sys.executable, "-m", "normzoo.cli", "train", str(RECIPE), f"data.dir={data}",
+    command = [sys.executable, "-m", "normzoo", "train", str(RECIPE), f"data.dir={data}",
                f"trainer.precision={precision}", f"trainer.max_steps={steps}",
                f"trainer.val_every_steps={steps}", "trainer.log_every_steps=1",
                "trainer.loggers=[csv]", "eval.beam=1", f"run.dir={run_dir}", "--force"]

@@ -27,7 +27,7 @@ def measure_decoding(checkpoint: Path, data: Path, threads: int) -> list[dict[st
         for beam in (5, 1):
             for bf16 in (False, True):
                 hyps = Path(tmp) / f"hyps-{beam}-{bf16}.txt"
-                command = [sys.executable, "-m", "normzoo.cli", "evaluate", str(checkpoint),
+                command = [sys.executable, "-m", "normzoo", "evaluate", str(checkpoint),
                            "--data-dir", str(data), "--beam", str(beam), "--hyps", str(hyps),
                            "--json", *(["--bf16"] if bf16 else [])]
                 started = time.perf_counter()

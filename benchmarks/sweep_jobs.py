@@ -50,7 +50,7 @@ def run_sweep(jobs: int, steps: int, overrides: list[str],
               out: Path) -> tuple[float, list[float], list[int]]:
     """Seconds from launch to exit of one two-cell sweep, and each cell's training seconds and
     torch threads (as its ``summary.json`` records them)."""
-    command = [sys.executable, "-m", "normzoo.cli", "sweep", str(RECIPE), "--set", "seed=1,2",
+    command = [sys.executable, "-m", "normzoo", "sweep", str(RECIPE), "--set", "seed=1,2",
                "--steps", str(steps), "--jobs", str(jobs), "--out", str(out),
                *COMMON, *overrides]
     # torch's own default (every core) in --jobs 1; the sweep divides them among its jobs
