@@ -24,7 +24,8 @@ from normzoo.cli import app
 from normzoo.errors import RuntimeFailure
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
-from normzoo.run.history import BEFORE_RESUME, csv_logger, read_metrics, resume_history
+from normzoo.run.callbacks import HistoryCSVLogger
+from normzoo.run.history import BEFORE_RESUME, read_metrics, resume_history
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -117,7 +118,7 @@ def test_translation_validates_and_saves_at_a_max_steps_between_validations(
 
 
 def logger_in(tmp_path: Path):
-    logger = csv_logger(tmp_path / "logs")
+    logger = HistoryCSVLogger(tmp_path / "logs")
     return logger, tmp_path / "logs" / "csv" / "metrics.csv"
 
 

@@ -18,9 +18,10 @@ import pytest
 import torch
 from tiny import tiny
 
-from normzoo.checkpoints.relocate import relocate_callback, relocated_state
+from normzoo.checkpoints.relocate import relocated_state
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
+from normzoo.run.callbacks import RelocateCheckpoints
 from normzoo.tasks.translation import TranslationTask
 
 
@@ -94,8 +95,8 @@ def test_a_recorded_best_checkpoint_missing_from_the_new_folder_is_left_out(tmp_
     assert state["best_model_path"] == str(tmp_path / "best-2.ckpt")
     assert float(state["best_model_score"]) == 2.0
     loaded = {"callbacks": {callback.state_key: _state("/gone/checkpoints", 1, 2)}}
-    relocate_callback(callback).on_load_checkpoint(SimpleNamespace(is_global_zero=True), None,
-                                                   loaded)
+    RelocateCheckpoints(callback).on_load_checkpoint(SimpleNamespace(is_global_zero=True), None,
+                                                     loaded)
     assert loaded["callbacks"][callback.state_key]["dirpath"] == callback.dirpath
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: ") and "best-1.ckpt" in lines[0]

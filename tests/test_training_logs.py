@@ -252,7 +252,7 @@ def _throughput_setup(monkeypatch: pytest.MonkeyPatch, gpu: str, precision: str)
     from lightning.pytorch.plugins.precision import MixedPrecision, Precision
     from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 
-    from normzoo.run.trainer import _throughput_callback
+    from normzoo.run.callbacks import TrainingThroughput
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: gpu)
     plugin = MixedPrecision(precision, "cuda") if precision.endswith("mixed") else Precision()
@@ -260,7 +260,7 @@ def _throughput_setup(monkeypatch: pytest.MonkeyPatch, gpu: str, precision: str)
                               strategy=SimpleNamespace(root_device=torch.device("cuda", 0)),
                               enable_validation=True,
                               state=SimpleNamespace(stage=RunningStage.TRAINING))
-    callback = _throughput_callback()
+    callback = TrainingThroughput()
     callback.setup(trainer, None, TrainerFn.FITTING)
     return callback, callback._throughputs[RunningStage.TRAINING]
 

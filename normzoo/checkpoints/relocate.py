@@ -9,11 +9,13 @@ validation after the resume then writes a ``best-<step>.ckpt`` however bad its s
 no best score left to beat), and the final test and checkpoint averaging read a best
 checkpoint that is not there.
 
-:func:`relocate_callback` rewrites that state, in memory (the checkpoint file is left
-as it is), to the run's current checkpoint folder before Lightning restores it: every path
-under the recorded ``dirpath`` becomes the same name under the new one, with its score. A
-recorded best checkpoint missing from the new folder is left out (said on one ``warning:``
-line), and the best and k-th best are taken again among those that remain.
+:func:`relocated_state` rewrites that state, in memory (the checkpoint file is left as it
+is), to the run's current checkpoint folder: every path under the recorded ``dirpath``
+becomes the same name under the new one, with its score. A recorded best checkpoint missing
+from the new folder is left out (said on one ``warning:`` line), and the best and k-th best
+are taken again among those that remain. The run's callback
+:class:`~normzoo.run.callbacks.checkpoints.RelocateCheckpoints` applies it before Lightning
+restores the state; here is plain data only.
 """
 
 from __future__ import annotations
@@ -64,35 +66,3 @@ def relocated_state(state: dict[str, Any], checkpoint: Any) -> tuple[dict[str, A
                       "kth_value": kept[kth] if kth else checkpoint.kth_value}
     return relocated, missing
 
-
-def relocate_callback(checkpoint: Any) -> Any:
-    """The callback that relocates the state of ``checkpoint`` (the run's best-checkpoint
-    ``ModelCheckpoint``) when a run resumes from another folder than the one it recorded."""
-    from lightning.pytorch.callbacks import Callback
-
-    class RelocateCheckpoints(Callback):
-        """Relocate the best-checkpoint state before Lightning restores it.
-
-        Lightning calls every callback's ``on_load_checkpoint`` with the loaded checkpoint
-        before any callback's ``load_state_dict``. A callback of its own rather than a subclass
-        of ``ModelCheckpoint``: a subclass would change the state key (the class name) under
-        which the run's checkpoints hold that state.
-        """
-
-        def on_load_checkpoint(self, trainer, pl_module, loaded: dict[str, Any]) -> None:
-            states = loaded.get("callbacks") or {}
-            state = states.get(checkpoint.state_key)
-            if not isinstance(state, dict):
-                return
-            states[checkpoint.state_key], missing = relocated_state(state, checkpoint)
-            if missing and trainer.is_global_zero:
-                import typer
-
-                typer.echo(f"warning: the run's checkpoints moved from {state['dirpath']} to "
-                           f"{checkpoint.dirpath}; its best checkpoint"
-                           f"{'s' if len(missing) > 1 else ''} "
-                           f"{', '.join(Path(p).name for p in missing)} "
-                           f"{'are' if len(missing) > 1 else 'is'} not there and left out",
-                           err=True)
-
-    return RelocateCheckpoints()

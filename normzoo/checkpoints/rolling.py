@@ -11,16 +11,19 @@ So ``last.ckpt`` never lags: it moves at *every* checkpoint, not only when the m
 A process killed between two of these writes leaves an older ``last.ckpt`` beside a newer
 complete checkpoint, which is why :func:`newest_checkpoint` picks by the step recorded *inside*
 the files rather than by name.
+
+The callback that writes 2. and 3. is
+:class:`~normzoo.run.callbacks.checkpoints.RollingCheckpoints`, with the run's other Lightning
+callbacks; this module keeps the files' names and steps, which the export and the sweep read
+without Lightning.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from normzoo.io.atomic import fsync_directory, temporary_path
 
@@ -60,66 +63,6 @@ def step_checkpoints(directory: Path) -> list[tuple[int, Path]]:
         if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
-
-
-def rolling_checkpoints(dirpath: Path, keep: int) -> Any:
-    """The callback that writes ``step-N.ckpt`` and ``last.ckpt`` at every validation."""
-    from lightning.pytorch.callbacks import Checkpoint
-    from lightning.pytorch.trainer.states import TrainerFn
-
-    class RollingCheckpoints(Checkpoint):
-        """``step-N.ckpt`` (newest ``keep`` kept) then ``last.ckpt`` after every validation.
-
-        A :class:`~lightning.pytorch.callbacks.Checkpoint` so that Lightning runs it after the
-        other callbacks and after the best-checkpoint ``ModelCheckpoint`` listed before it:
-        ``last.ckpt`` is the final write of a validation and holds their final state.
-        """
-
-        def __init__(self) -> None:
-            self.dirpath, self.keep = Path(dirpath), keep
-            self.saved_step = -1
-
-        def on_validation_end(self, trainer, pl_module) -> None:
-            if (trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING
-                    or trainer.global_step == self.saved_step or trainer.global_step == 0):
-                return
-            self.save(trainer)
-
-        def save(self, trainer) -> Path:
-            """Write this step's checkpoints; return the path of ``last.ckpt``."""
-            step = trainer.global_step
-            last = self.dirpath / "last.ckpt"
-            if self.keep:
-                path = self.dirpath / f"step-{step}.ckpt"
-                trainer.save_checkpoint(path, weights_only=False)
-                linked = False
-                if trainer.is_global_zero and path.is_file():
-                    linked = link_last(path, last)
-                linked = trainer.strategy.broadcast(linked)
-                if not linked:  # a sharded (folder) checkpoint, or no hard links here
-                    trainer.save_checkpoint(last, weights_only=False)
-                if trainer.is_global_zero:
-                    self.prune(step)
-            else:
-                trainer.save_checkpoint(last, weights_only=False)
-            trainer.strategy.barrier("rolling_checkpoints")
-            self.saved_step = step
-            return last
-
-        def prune(self, step: int) -> None:
-            """Delete all but the newest ``keep`` ``step-`` checkpoints up to ``step``.
-
-            Later ones belong to a dead run that ``--resume auto`` already discarded, or to a
-            branch that ``--resume PATH`` keeps; neither is this run's to delete.
-            """
-            mine = [path for s, path in step_checkpoints(self.dirpath) if s <= step]
-            for path in mine[: max(len(mine) - self.keep, 0)]:
-                if path.is_dir():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink(missing_ok=True)
-
-    return RollingCheckpoints()
 
 
 @dataclass(frozen=True)

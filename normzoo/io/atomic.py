@@ -118,18 +118,3 @@ def save_checkpoint_atomically(checkpoint: dict[str, Any], path: str | Path) -> 
     torch.save(checkpoint, buffer)
     atomic_write(path, lambda f: f.write(buffer.getbuffer()), "checkpoint")
 
-
-def checkpoint_io() -> Any:
-    """Lightning CheckpointIO whose saves go through :func:`save_checkpoint_atomically`."""
-    from lightning.pytorch.plugins.io import TorchCheckpointIO
-
-    class AtomicCheckpointIO(TorchCheckpointIO):
-        """Lightning's torch checkpoint IO, with writes that are atomic and durable."""
-
-        def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
-            if storage_options is not None:
-                raise TypeError("AtomicCheckpointIO takes no storage_options")
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            save_checkpoint_atomically(checkpoint, path)
-
-    return AtomicCheckpointIO()

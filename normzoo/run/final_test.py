@@ -11,34 +11,6 @@ from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 
 
-def final_validation_callback() -> Any:
-    """The callback that validates (and so checkpoints) at ``trainer.max_steps``.
-
-    Lightning validates every ``val_check_interval`` batches only, so a run whose
-    ``max_steps`` is not a multiple of ``val_every_steps`` would end with steps that no
-    validation scored and no ``step-N``/``best`` checkpoint holds: the final test would take
-    the best of the earlier ones, as if the last steps had not been trained. Asking Lightning to
-    stop at the last step (``should_stop``) makes it validate there, with the checkpoints that
-    follow a validation, exactly as early stopping does.
-
-    Asked as the last step's last batch *starts*: Lightning also writes a step's logs when a
-    stop is due, and the task logs ``train/loss`` only where Lightning will write it, so the
-    last step's loss is logged once, fresh (asked later, Lightning would write the value of an
-    earlier step again under the last one).
-    """
-    from lightning.pytorch.callbacks import Callback
-
-    class ValidateAtMaxSteps(Callback):
-        """Validate after the last optimizer step, whatever ``val_every_steps`` is."""
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-            if 0 < trainer.max_steps <= trainer.global_step + 1 and \
-                    not trainer.fit_loop._should_accumulate():
-                trainer.should_stop = True
-
-    return ValidateAtMaxSteps()
-
-
 def _load_best(task, trainer) -> None:
     import torch
 

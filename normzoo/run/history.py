@@ -6,9 +6,10 @@ rewriting the file beside it, as a resume must, breaks it: rows with fields the 
 make its next rewrite fail (``dict contains fields not in fieldnames``) half-way, after it has
 truncated the file. Here the resumed run's file is settled *before* the logger starts
 (:func:`resume_history`: the earlier rows up to the checkpoint, written atomically), and the
-logger (:func:`csv_logger`) keeps it: it appends under the header the file has, and when a new
-metric appears it rewrites the whole file atomically with the wider header. A kill at any
-moment leaves the old file or the new one, never a shorter one.
+logger (:class:`~normzoo.run.callbacks.logs.HistoryCSVLogger`) keeps it: it appends under the
+header the file has, and when a new metric appears it rewrites the whole file atomically with
+the wider header. A kill at any moment leaves the old file or the new one, never a shorter one.
+This module reads and writes the file without Lightning (a sweep's plots read it too).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def resume_history(metrics_file: Path, resumed_step: int) -> int:
     the earlier rows before that step, written atomically; return how many.
 
     The header is the earlier rows' fields; the resumed run's logger widens it when it logs a
-    metric the earlier process did not (:func:`csv_logger`).
+    metric the earlier process did not (:class:`~normzoo.run.callbacks.logs.HistoryCSVLogger`).
     """
     earlier = metrics_file.with_name(BEFORE_RESUME)
     rows = trim_history(_whole_rows(earlier) + _whole_rows(metrics_file), resumed_step)
@@ -110,67 +111,3 @@ def resume_history(metrics_file: Path, resumed_step: int) -> int:
     earlier.unlink(missing_ok=True)  # only once its rows are in metrics_file
     return len(rows)
 
-
-def csv_logger(save_dir: Path) -> Any:
-    """Lightning's ``CSVLogger`` writing ``save_dir/csv/metrics.csv``, made to keep history.
-
-    It differs from Lightning's in two ways, both so that a resumed run's file stays whole:
-    it does not delete an existing ``metrics.csv`` (:func:`resume_history` has made it this
-    run's), and it writes new rows under the header the *file* has: appended when their fields
-    are in it, else the whole file rewritten atomically with the union of both headers.
-    """
-    from lightning.fabric.loggers.logger import rank_zero_experiment
-    from lightning.pytorch.loggers import CSVLogger
-    from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-
-    class HistoryWriter(ExperimentWriter):
-        """Lightning's CSV experiment writer, keeping the rows already in ``metrics.csv``."""
-
-        def _check_log_dir_exists(self) -> None:
-            pass  # Lightning deletes metrics.csv here; the run directory is already ours
-
-        def log_hparams(self, params: dict[str, Any]) -> None:
-            """``hparams.yaml`` written whole or not at all (Lightning writes it in place, so
-            a full disk left half a YAML file); values YAML cannot write are left out, as
-            Lightning leaves them out."""
-            import yaml
-
-            from normzoo.io.atomic import atomic_write_text
-
-            self.hparams.update(params)
-            plain = {}
-            for key, value in self.hparams.items():
-                try:
-                    yaml.safe_dump(value)
-                except yaml.YAMLError:
-                    continue
-                plain[key] = value
-            atomic_write_text(Path(self.log_dir) / self.NAME_HPARAMS_FILE,
-                              yaml.safe_dump(plain, sort_keys=False), "hyperparameters")
-
-        def save(self) -> None:
-            if not self.metrics:
-                return
-            path = Path(self.metrics_file_path)
-            header = read_header(path)
-            new = {key for row in self.metrics for key in row}
-            self.metrics_keys = sorted(new | set(header or []) | set(self.metrics_keys))
-            if header is None or not new <= set(header):  # a wider header: all rewritten
-                write_metrics(path, read_metrics(path) + self.metrics, self.metrics_keys)
-            else:  # a row appended whole or torn at its end: never a shorter file
-                with open(path, "a", newline="", encoding="utf-8") as f:
-                    csv.DictWriter(f, fieldnames=header).writerows(self.metrics)
-            self.metrics = []
-
-    class HistoryCSVLogger(CSVLogger):
-        """Lightning's ``CSVLogger`` on a :class:`HistoryWriter`."""
-
-        @property
-        @rank_zero_experiment
-        def experiment(self) -> ExperimentWriter:
-            if self._experiment is None:
-                self._fs.makedirs(self.root_dir, exist_ok=True)
-                self._experiment = HistoryWriter(log_dir=self.log_dir)
-            return self._experiment
-
-    return HistoryCSVLogger(save_dir, name="csv", version="")

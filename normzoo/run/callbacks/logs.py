@@ -1,0 +1,169 @@
+"""What a run logs, through Lightning's own loggers and monitors, changed where a run needs it:
+
+* :class:`HistoryCSVLogger` keeps a resumed run's ``metrics.csv`` whole (why:
+  :mod:`normzoo.run.history`);
+* :class:`KeptOpenTensorBoardLogger` keeps one event file from the first step to the end;
+* :class:`FlushLogsOnCheckpoint` writes the loggers' buffered rows with every checkpoint;
+* :class:`StepLearningRate` and :class:`TrainingThroughput` log once per optimizer step and
+  the training throughput only.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ThroughputMonitor
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.trainer.states import RunningStage
+
+from normzoo.io.atomic import atomic_write_text
+from normzoo.run.hardware import peak_bf16_flops
+from normzoo.run.history import read_header, read_metrics, write_metrics
+from normzoo.tasks.base import sentences, tokens
+
+
+class HistoryWriter(ExperimentWriter):
+    """Lightning's CSV experiment writer, keeping the rows already in ``metrics.csv``: it
+    writes new rows under the header the *file* has, appended when their fields are in it,
+    else the whole file rewritten atomically with the union of both headers."""
+
+    def _check_log_dir_exists(self) -> None:
+        pass  # Lightning deletes metrics.csv here; the run directory is already ours
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """``hparams.yaml`` written whole or not at all (Lightning writes it in place, so
+        a full disk left half a YAML file); values YAML cannot write are left out, as
+        Lightning leaves them out."""
+        self.hparams.update(params)
+        plain = {}
+        for key, value in self.hparams.items():
+            try:
+                yaml.safe_dump(value)
+            except yaml.YAMLError:
+                continue
+            plain[key] = value
+        atomic_write_text(Path(self.log_dir) / self.NAME_HPARAMS_FILE,
+                          yaml.safe_dump(plain, sort_keys=False), "hyperparameters")
+
+    def save(self) -> None:
+        if not self.metrics:
+            return
+        path = Path(self.metrics_file_path)
+        header = read_header(path)
+        new = {key for row in self.metrics for key in row}
+        self.metrics_keys = sorted(new | set(header or []) | set(self.metrics_keys))
+        if header is None or not new <= set(header):  # a wider header: all rewritten
+            write_metrics(path, read_metrics(path) + self.metrics, self.metrics_keys)
+        else:  # a row appended whole or torn at its end: never a shorter file
+            with open(path, "a", newline="", encoding="utf-8") as f:
+                csv.DictWriter(f, fieldnames=header).writerows(self.metrics)
+        self.metrics = []
+
+
+class HistoryCSVLogger(CSVLogger):
+    """Lightning's ``CSVLogger`` writing ``save_dir/csv/metrics.csv`` on a
+    :class:`HistoryWriter`, so that a resumed run's file stays whole: it does not delete an
+    existing ``metrics.csv`` (:func:`~normzoo.run.history.resume_history` has made it this
+    run's), and a new metric widens the header atomically."""
+
+    def __init__(self, save_dir: Path) -> None:
+        super().__init__(save_dir, name="csv", version="")
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = HistoryWriter(log_dir=self.log_dir)
+        return self._experiment
+
+
+class KeptOpenTensorBoardLogger(TensorBoardLogger):
+    """Lightning's ``TensorBoardLogger`` writing ``logs/tb/``, whose writer stays open from the
+    first step to the end of the run.
+
+    Lightning closes the writer at the end of fit and of test, and tensorboardX reopens it on
+    the next scalar under a file named by the *second* it opens: a final test within the
+    second after fit's end overwrote the file holding every training and validation scalar.
+    Here ``finalize`` writes out and keeps the file; :meth:`close` (the run's
+    :func:`~normzoo.run.trainer.close_loggers`) closes it once.
+    """
+
+    def __init__(self, logs: Path) -> None:
+        super().__init__(logs, name="tb", version="", default_hp_metric=False)
+
+    def finalize(self, status: str) -> None:
+        if self._experiment is not None:
+            self.experiment.flush()
+        if status == "success":
+            self.save()
+
+    def close(self) -> None:
+        if self._experiment is not None:
+            self.experiment.close()
+
+
+class FlushLogsOnCheckpoint(Callback):
+    """Write the loggers' buffered rows whenever a checkpoint is saved.
+
+    A run killed later loses no logged history that its checkpoint covers: the resumed run
+    picks up both from the same step.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        for logger in trainer.loggers:
+            logger.save()
+
+
+class StepLearningRate(LearningRateMonitor):
+    """Lightning's LearningRateMonitor, logging each rate once per optimizer step.
+
+    Lightning's logs before every batch of a logged step, so with ``trainer.accumulate``
+    it would write the same rates once per accumulated batch; here only before the step's
+    last batch, whose update uses them (the schedule steps after the update).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging_interval="step")
+
+    def on_train_batch_start(self, trainer, *args: Any, **kwargs: Any) -> None:
+        if not trainer.fit_loop._should_accumulate():
+            super().on_train_batch_start(trainer, *args, **kwargs)
+
+
+class TrainingThroughput(ThroughputMonitor):
+    """Lightning's ThroughputMonitor, logging the training throughput only.
+
+    It still times validation, to leave it out of the training time, but does not log it:
+    Lightning would log validation throughput with the count of validation batches as the
+    step, rows out of step with the training steps in ``metrics.csv`` and the other logs.
+    """
+
+    def __init__(self) -> None:
+        # A window of two updates: each logged rate is the last batch's tokens (examples,
+        # FLOPs) over the time since the batch before it ended, its data loading included.
+        super().__init__(batch_size_fn=sentences, length_fn=tokens, window_size=2)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        """For a bf16 run on a GPU, normzoo's dense bf16 peak (the one
+        ``benchmarks/peers.py`` divides by); Lightning's peak otherwise. Lightning's table
+        misses the H200 by the name torch gives it and lists the sparse figure for some
+        parts (the H100 NVL), which would halve their MFU."""
+        super().setup(trainer, pl_module, stage)
+        device = trainer.strategy.root_device
+        if device.type != "cuda" or not str(trainer.precision).startswith("bf16"):
+            return
+        if peak := peak_bf16_flops(torch.cuda.get_device_name(device)):
+            self.available_flops = peak[0]
+            for throughput in self._throughputs.values():
+                throughput.available_flops = peak[0]
+
+    def _compute(self, trainer, iter_num: int | None = None) -> None:
+        if trainer.state.stage == RunningStage.TRAINING:
+            super()._compute(trainer, iter_num)
