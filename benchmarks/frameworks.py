@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -283,3 +283,20 @@ DECODERS: dict[str, Entry] = {
     "normzoo": Entry("normzoo.inference.decoding", "normzoo.inference.decoding", normzoo_decoder),
     "transformers": Entry("Hugging Face generate (mBART)", MBART, mbart_decoder),
 }
+
+SEARCHES = {"greedy": 1, "beam5": 5}  # decoding jobs: their beam sizes
+FRAMEWORKS = tuple(dict.fromkeys([*TRAINERS, *DECODERS]))
+JOB_KINDS = ("train", *SEARCHES)
+
+
+def bf16(precision: str, device: torch.device) -> bool:
+    """Whether ``--precision`` means bf16 autocast here (``auto``: on a GPU, not on a CPU)."""
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+def size_of(args) -> Size:
+    """The ``--size`` with ``--max-tokens`` in place of its token budget, where given (a GPU's
+    Transformer-base step takes about 25k tokens, the CPU default 4,096)."""
+    size = SIZES[args.size]
+    budget = getattr(args, "max_tokens", None)
+    return size if budget is None else replace(size, max_tokens=budget)

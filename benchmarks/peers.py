@@ -43,10 +43,20 @@ from common import (
     timed,
     write_report,
 )
-from frameworks import DECODERS, SIZES, TRAINERS, Size, TrainSetup
+from frameworks import (
+    DECODERS,
+    FRAMEWORKS,
+    JOB_KINDS,
+    SEARCHES,
+    SIZES,
+    TRAINERS,
+    Size,
+    TrainSetup,
+    bf16,
+    size_of,
+)
 from peers_report import add_mfu, add_ratios, peak_flops, report
 
-SEARCHES = {"greedy": 1, "beam5": 5}
 JOBS = [("train", name) for name in TRAINERS] + [
     (search, name) for search in SEARCHES for name in DECODERS]
 # -- data (parent process) -------------------------------------------------------------------
@@ -108,15 +118,16 @@ def rss_baseline_mib() -> float:
         return peak_rss_mib()
 
 
-def autocast(device: torch.device):
-    """bf16 autocast on a GPU; full float32 on the CPU, as normzoo trains there."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+def autocast(device: torch.device, precision: str = "auto"):
+    """bf16 autocast where ``precision`` says so (every framework alike), else float32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16(precision, device))
 
 
-def train_step(setup: TrainSetup, batch: dict[str, Any], device: torch.device) -> float:
+def train_step(setup: TrainSetup, batch: dict[str, Any], device: torch.device,
+               precision: str = "auto") -> float:
     """One optimizer step; returns the batch's target tokens."""
     setup.optimizer.zero_grad(set_to_none=True)
-    with autocast(device):
+    with autocast(device, precision):
         total, count = setup.loss_terms(batch)
     (total / count.clamp(min=1)).backward()
     setup.optimizer.step()
@@ -126,27 +137,29 @@ def train_step(setup: TrainSetup, batch: dict[str, Any], device: torch.device) -
 
 
 def measure_training(name: str, size: Size, data: dict, device: torch.device,
-                     reps: int, warmup: int) -> tuple[torch.nn.Module, list]:
+                     args: argparse.Namespace) -> tuple[torch.nn.Module, list]:
     setup = TRAINERS[name].build(size, data["vocab_size"])
     setup.model.to(device).train()
+    if args.compile:  # in place, as trainer.compile does; its compiles fall in the warm-up
+        setup.model.compile()
     batches = cycle(data["train"])
-    return setup.model, timed(lambda: train_step(setup, next(batches), device), reps, warmup,
-                              sync(device))
+    return setup.model, timed(lambda: train_step(setup, next(batches), device, args.precision),
+                              args.reps, args.warmup, sync(device))
 
 
 def measure_decoding(name: str, beam: int, size: Size, data: dict, device: torch.device,
-                     reps: int, warmup: int) -> tuple[torch.nn.Module, list, int]:
+                     args: argparse.Namespace) -> tuple[torch.nn.Module, list, int]:
     model, decode = DECODERS[name].build(size, data["vocab_size"], beam)
     model.to(device)
     sources = data["decode"]
     generated = []
 
     def one_pass() -> float:
-        with torch.no_grad(), autocast(device):
+        with torch.no_grad(), autocast(device, args.precision):
             generated.append(sum(decode(src) for src in sources))
         return sum(src.shape[0] for src in sources)
 
-    return model, timed(one_pass, reps, warmup, sync(device)), generated[-1]
+    return model, timed(one_pass, args.reps, args.warmup, sync(device)), generated[-1]
 
 
 def sync(device: torch.device) -> Callable[[], None]:
@@ -162,7 +175,7 @@ def run_worker(job: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     data["train"] = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()}
                      for b in data["train"]]
     data["decode"] = [src.to(device) for src in data["decode"]]
-    size = SIZES[args.size]
+    size = size_of(args)
     entry = (TRAINERS if job == "train" else DECODERS)[name]
     importlib.import_module(entry.library)
     if device.type == "cuda":
@@ -170,11 +183,11 @@ def run_worker(job: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     base_rss, base_cuda = rss_baseline_mib(), cuda_mib(device)
     result: dict[str, Any] = {"job": job, "framework": name, "label": entry.label}
     if job == "train":
-        model, samples = measure_training(name, size, data, device, args.reps, args.warmup)
+        model, samples = measure_training(name, size, data, device, args)
         result["unit"] = "target tokens/s"
     else:
         model, samples, generated = measure_decoding(name, SEARCHES[job], size, data, device,
-                                                     args.reps, args.warmup)
+                                                     args)
         result.update(unit="sentences/s", generated_tokens=generated)
     result.update(params=sum(p.numel() for p in model.parameters()), samples=samples,
                   rate=rate_summary(samples), peak_rss_mib=peak_rss_mib() - base_rss)
@@ -196,7 +209,9 @@ def run_job(job: str, name: str, args: argparse.Namespace, batches: Path) -> dic
         result_path = Path(f.name)
     command = [sys.executable, __file__, "--worker", job, name, "--batches", str(batches),
                "--result", str(result_path), "--size", args.size, "--reps", str(args.reps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads)]
+               "--warmup", str(args.warmup), "--threads", str(args.threads),
+               "--precision", args.precision, *(["--compile"] if args.compile else []),
+               *(["--max-tokens", str(args.max_tokens)] if args.max_tokens else [])]
     print(f"{job:>6}  {name} ...", flush=True)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     try:
@@ -215,10 +230,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--data", type=Path, default=MULTI30K)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="token budget of a training batch (default: the size's)")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                        help="bf16 autocast or float32 for every framework (auto: bf16 on a "
+                        "GPU, float32 on a CPU)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each trained model in place (its compiles fall "
+                        "in the untimed warm-up)")
+    parser.add_argument("--frameworks", type=_names(FRAMEWORKS), default=FRAMEWORKS,
+                        help=f"comma-separated, of {','.join(FRAMEWORKS)} (default: all)")
+    parser.add_argument("--jobs", type=_names(JOB_KINDS), default=JOB_KINDS,
+                        help=f"comma-separated, of {','.join(JOB_KINDS)} (default: all)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the arguments and print the measurements planned; run none")
     parser.add_argument("--worker", nargs=2, metavar=("JOB", "FRAMEWORK"), help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.planned = [(job, name) for job, name in JOBS
+                    if job in args.jobs and name in args.frameworks]
+    if not args.planned and not args.worker:
+        parser.error("--frameworks and --jobs leave no measurement to run")
+    return args
+
+
+def _names(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: a comma-separated subset of ``known``."""
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"{','.join(unknown) or text!r}: choose from "
+                                             f"{','.join(known)}")
+        return names
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,19 +273,27 @@ def main(argv: list[str] | None = None) -> int:
         result = run_worker(*args.worker, args)
         args.result.write_text(json.dumps(result), encoding="utf-8")
         return 0
+    if args.dry_run:
+        print("\n".join(f"{job:>6}  {name}" for job, name in args.planned))
+        print(f"size {args.size} ({size_of(args).max_tokens} tokens a batch), precision "
+              f"{args.precision}, compile {args.compile}, reps "
+              f"{args.reps} after {args.warmup} warm-up, {args.threads} threads -> "
+              f"{args.out or RESULTS / f'peers-{device_slug()}.md'}")
+        return 0
     torch.set_num_threads(args.threads)
-    data = prepare_data(SIZES[args.size], args.data, args.reps + args.warmup)
+    data = prepare_data(size_of(args), args.data, args.reps + args.warmup)
     with tempfile.TemporaryDirectory() as tmp:
         batches = Path(tmp) / "batches.pt"
         torch.save(data, batches)
-        results = [run_job(job, name, args, batches) for job, name in JOBS]
+        results = [run_job(job, name, args, batches) for job, name in args.planned]
     add_ratios(results)
     add_mfu(results, peak_flops())
     info = machine(args.threads)
     lines = report(args, data, results, info)
     out = args.out or RESULTS / f"peers-{device_slug()}.md"
     write_report(out, lines, {"machine": info, "size": args.size, "reps": args.reps,
-                              "warmup": args.warmup, "corpus": data["corpus"],
+                              "warmup": args.warmup, "precision": args.precision,
+                              "compile": args.compile, "corpus": data["corpus"],
                               "results": results})
     print("\n".join(lines))
     failed = [f"{r['job']}/{r['framework']}: {r['error']}" for r in results if "error" in r]

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 from common import device_slug, machine_lines, table
-from frameworks import SIZES
+from frameworks import FRAMEWORKS, JOB_KINDS, bf16, size_of
 
 
 def peak_flops() -> tuple[float, str] | None:
@@ -78,21 +78,36 @@ def decoding_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
     return rows
 
 
+def _options(args: argparse.Namespace) -> str:
+    """The command's options beyond the size and repetitions, as they were given."""
+    options = [f"--max-tokens {args.max_tokens}"] if args.max_tokens else []
+    options += [f"--precision {args.precision}"] if args.precision != "auto" else []
+    options += ["--compile"] if args.compile else []
+    for name, everything in (("frameworks", FRAMEWORKS), ("jobs", JOB_KINDS)):
+        chosen = getattr(args, name)
+        if tuple(chosen) != tuple(everything):
+            options.append(f"--{name} {','.join(chosen)}")
+    return "".join(f" {o}" for o in options)
+
+
 def report(args: argparse.Namespace, data: dict, results: list[dict[str, Any]],
            info: dict[str, Any]) -> list[str]:
-    size = SIZES[args.size]
+    size = size_of(args)
     gpu = torch.cuda.is_available()
     peak = peak_flops()
     tokens = [b["ntokens"] for b in data["train"]]
     lines = [f"# normzoo vs peers: training and decoding speed ({args.size} size, "
              f"{device_slug()})", "", "Command: `python benchmarks/peers.py --size "
-             f"{args.size} --reps {args.reps} --warmup {args.warmup} --threads {args.threads}`",
+             f"{args.size} --reps {args.reps} --warmup {args.warmup} --threads {args.threads}"
+             f"{_options(args)}`",
              "", *machine_lines(info), "",
              f"Model: encoder–decoder, d_model {size.d_model}, {size.heads} heads, FFN "
              f"{size.ffn_dim} (ReLU), {size.layers}+{size.layers} layers, Pre-LN with final "
              f"norms, dropout {size.dropout}, joint BPE vocabulary of {data['vocab_size']}, "
              "shared embeddings tied to the output projection. "
-             + ("bf16 autocast." if gpu else "float32."), "",
+             + ("bf16 autocast" if bf16(args.precision, torch.device("cuda" if gpu else "cpu"))
+                else "float32") + (", each trained model torch.compile'd (its compiles in the "
+                                   "untimed warm-up)." if args.compile else "."), "",
              f"Data: {data['corpus']}, {data['pairs']:,} pairs; {len(data['train'])} "
              f"token-budget batches of at most {size.max_tokens:,} tokens (padding included; "
              f"{min(tokens):,}–{max(tokens):,} target tokens each), cycled in the same order "

@@ -24,6 +24,8 @@
 # come back, so an unfinished lane cannot be resumed here). EXTRA adds overrides (a dry run
 # here: LOCAL=1 RUNS=/tmp/dry EXTRA="model.encoder_layers=1 model.decoder_layers=1 ...").
 set -u
+# shellcheck source=benchmarks/gpu_wheels.sh
+. "$(dirname "$0")/gpu_wheels.sh"
 GPU=.gpu
 RUNS=${RUNS:-/tmp/runs}
 RECIPE=recipes/multi30k_papers.yaml
@@ -34,18 +36,10 @@ WHEELS="pydantic pydantic_core annotated-types typing-inspection typing_extensio
 typer click submitit tensorboardX sacrebleu tokenizers"
 
 prepare() {
-  local study=$1 pins
+  local study=$1
   grep -qsx "/$GPU/" .git/info/exclude || echo "/$GPU/" >> .git/info/exclude
   mkdir -p $GPU/whl $GPU/recipes || return 1
-  pins=$("$study/.venv/bin/pip" freeze | python3 -c "
-import sys
-wanted = {n.lower().replace('_', '-') for n in sys.argv[1].split()}
-print(' '.join(l.strip() for l in sys.stdin if l.split('==')[0].lower().replace('_', '-') in wanted))
-" "$WHEELS")
-  # shellcheck disable=SC2086
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform manylinux_2_28_x86_64 -d $GPU/whl $pins || return 1
+  download_wheels $GPU/whl "$WHEELS" "$study/.venv/bin/pip" || return 1
   (cd "$study" && .venv/bin/pip wheel -q --no-deps --no-build-isolation -w "$OLDPWD/$GPU/whl" .) \
     || return 1
   cp -r ../shared/data/multi30k $GPU/ && cp -r "${NORMZOO_CACHE:-$HOME/.cache/normzoo}" $GPU/cache \
