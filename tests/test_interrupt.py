@@ -126,3 +126,31 @@ def test_a_diverged_run_records_the_step_and_the_reason(tmp_path: Path,
     assert summary["reason"].startswith("training diverged at step 0: loss")
     assert summary["last_good_checkpoint"] is None  # none was written before step 0
     assert summary["machine"]["device"] == "cpu" and summary["machine"]["cpu"]
+
+
+
+def test_a_run_the_machine_fails_records_the_failure(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    """Out of memory mid-run: exit 1 with what to do, and ``summary.json`` says so too (it
+    is written by every ending, through ``TrainingRun.write_summary``)."""
+    from normzoo.tasks.translation import TranslationTask
+
+    step = TranslationTask.training_step
+
+    def out_of_memory_at_step_2(task, *args, **kwargs):
+        if task.trainer.global_step == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (planted)")
+        return step(task, *args, **kwargs)
+
+    monkeypatch.setattr(TranslationTask, "training_step", out_of_memory_at_step_2)
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = tmp_path / "t.yaml"
+    recipe.write_text(yaml.safe_dump(tiny(run={"dir": str(tmp_path / "run")},
+                                          trainer={"max_steps": 4})))
+    result = CliRunner().invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 1, result.output
+    assert "out of memory at step 2" in result.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == 2
+    assert summary["reason"].startswith("out of memory at step 2: lower data.max_tokens")
+    assert summary["machine"]["device"] == "cpu"

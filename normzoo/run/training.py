@@ -1,29 +1,44 @@
-"""One training run from a recipe, in order: the run directory and its lock, a resume's
-checkpoint, the Trainer, the data, the task, ``fit``, the final test and ``summary.json``.
+"""One training run from a recipe, read top to bottom: :func:`run` and its :class:`TrainingRun`.
 
-Each step's code is in its own module under :mod:`normzoo.run`; this module only runs them.
+In the manner of torchtune's recipe classes, a run is one object whose methods are its stages:
+:meth:`~TrainingRun.setup` (the run directory and its lock, a resume's checkpoint, the
+Trainer, the data, the task), :meth:`~TrainingRun.fit`, :meth:`~TrainingRun.test` (the best
+checkpoint on the test split) and :meth:`~TrainingRun.close`. The object holds the recipe, its
+paths, the process's rank, the clock, the Trainer and its callbacks, the data and the task,
+so no stage threads them through arguments to the next. Every ending (completed, stopped
+early, pre-empted or interrupted by a signal, diverged, failed) writes ``summary.json``
+through the one :meth:`~TrainingRun.write_summary`, so every summary starts alike.
+
+Each stage's code is in its own module under :mod:`normzoo.run`; this module only runs them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import typer
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from normzoo.data.tokenizer import Tokenizer
+from normzoo.diagnostics.callbacks import DivergenceError
+from normzoo.errors import RuntimeFailure
 from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import resolve_paths
 from normzoo.run.console import header, quiet_libraries
-from normzoo.run.directory import (
-    prepare_run_dir,
-    refuse_existing_run,
-    run_directory,
-)
+from normzoo.run.directory import prepare_run_dir, refuse_existing_run, run_directory
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.hardware import describe
 from normzoo.run.history import resume_history
 from normzoo.run.init_weights import initial_weights
+from normzoo.run.lock import RunLock
+from normzoo.run.precision import training_precision
 from normzoo.run.preemption import Preempted
 from normzoo.run.resume import (
     prepare_resume,
@@ -33,6 +48,7 @@ from normzoo.run.resume import (
     resume_command,
 )
 from normzoo.run.trainer import (
+    RunCallbacks,
     build_loggers,
     build_trainer,
     close_loggers,
@@ -41,6 +57,7 @@ from normzoo.run.trainer import (
     stop_reason,
 )
 from normzoo.tasks import task_class
+from normzoo.tasks.datamodule import TextDataModule, show_progress
 
 
 def run(
@@ -60,173 +77,220 @@ def run(
     on a live run is refused before it reads or deletes anything. A SLURM job requeued after
     pre-emption runs the same command again and resumes by itself, as Lightning's does.
     """
-    from normzoo.run.lock import RunLock
-    from normzoo.run.precision import training_precision
-
-    rank = global_rank()
-    recipe = resolve_paths(training_precision(recipe, announce=rank == 0))
-    run_dir = run_directory(recipe, recipe_path)
-    if rank > 0:
-        return _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume),
-                    overrides)
-    refuse_missing_run(run_dir, resume, recipe_path)  # before the lock creates it
-    lock = RunLock(run_dir).acquire()
-    finished = False
+    training = TrainingRun(recipe, recipe_path, force=force, resume=resume, overrides=overrides)
     try:
-        summary = _run(recipe, recipe_path, run_dir, rank, force, requeued(run_dir, resume),
-                       overrides)
-        finished = True
-        return summary
-    except Preempted:
-        finished = True  # its checkpoint stays
-        raise
+        training.setup()
+        training.fit()
+        return training.write_summary("completed", **training.test())
     finally:
-        lock.release(remove_dir_if_empty=not finished)
+        training.close()
 
 
-def _run(recipe: Recipe, recipe_path: str | Path, run_dir: Path, rank: int, force: bool,
-         resume: str | None, overrides: list[str] | None = None) -> dict[str, Any] | None:
-    import lightning as L
+class TrainingRun:
+    """One run of ``normzoo train``: its stages in order, and the state they share."""
 
-    from normzoo.data.tokenizer import Tokenizer
-    from normzoo.tasks.datamodule import TextDataModule, show_progress
+    def __init__(self, recipe: Recipe, recipe_path: str | Path, *, force: bool = False,
+                 resume: str | None = None, overrides: list[str] | None = None) -> None:
+        self.rank = global_rank()
+        self.recipe = resolve_paths(training_precision(recipe, announce=self.rank == 0))
+        self.recipe_path = recipe_path
+        self.run_dir = run_directory(self.recipe, recipe_path)
+        self.force, self.resume, self.overrides = force, resume, overrides or []
+        self.lock: RunLock | None = None  # rank 0's, from setup() to close()
+        self.started = self.trained = 0.0  # the clock (perf_counter) at setup and fit's end
+        self.ckpt_path: Path | None = None  # the checkpoint a resume starts from
+        self.resumed_step = 0  # and its step
+        self.init = None  # init.from's weights (normzoo.run.init_weights), for a new run
+        self.callbacks: RunCallbacks | None = None
+        self.trainer: L.Trainer | None = None
+        self.data: TextDataModule | None = None
+        self.task: Any = None
 
-    started = time.perf_counter()
-    ckpt_path = resume_checkpoint(run_dir, resume, announce=rank == 0) if resume else None
-    if rank == 0 and ckpt_path is None:
-        refuse_existing_run(run_dir, force)  # at once, not after minutes of tokenizer training
-    resumed_step, saved_tokenizer = 0, ""
-    if ckpt_path is not None:
-        resumed_step, saved_tokenizer = prepare_resume(ckpt_path, recipe, run_dir, resume,
-                                                       rank)
-        if rank == 0:
-            import typer
+    def setup(self) -> None:
+        """Everything before ``fit``, ordered so that what can fail fails before anything is
+        written: the lock, the checkpoint to resume or the weights to start from, the Trainer
+        (settings the hardware cannot run) and the data (missing or broken), and only then
+        the run directory, its loggers, its recipe and tokenizer, and the task."""
+        self._claim_run_dir()
+        self.started = time.perf_counter()
+        saved_tokenizer = self._starting_point()
+        quiet_libraries()
+        self.callbacks = RunCallbacks.for_recipe(self.recipe, self.run_dir)
+        self.trainer = build_trainer(self.recipe, self.run_dir, callbacks=self.callbacks)
+        self.data = self._prepared_data(saved_tokenizer)
+        tokenizer = self.data.tokenizer
+        if self.rank == 0 and self.ckpt_path is None:
+            prepare_run_dir(self.recipe, self.recipe_path, self.force)
+        # W&B and MLflow write as they are created: only now that the run directory is ours.
+        self.trainer.loggers = build_loggers(self.recipe, self.run_dir)
+        if self.rank == 0:
+            atomic_write_text(self.run_dir / "recipe.yaml", self.recipe.to_yaml(), "recipe")
+            atomic_write_text(self.run_dir / "tokenizer.json", tokenizer.to_str(), "tokenizer")
+        self.task = self._built_task(tokenizer)
+        if self.ckpt_path is not None and self.rank == 0:  # last: the CSV logger appends to it
+            resume_history(self.run_dir / "logs" / "csv" / "metrics.csv", self.resumed_step)
 
-            typer.echo(f"resuming from {ckpt_path} (step {resumed_step})", err=True)
-    # init.from: read and checked against the model now, before anything is written (or
-    # --force clears the run directory it may be in); the run trains on its tokenizer.
-    init = initial_weights(recipe) if ckpt_path is None else None
-    if init is not None:
-        saved_tokenizer = init.tokenizer
-    # The Trainer and the data first: settings the hardware cannot run, and data that is
-    # missing or broken, fail before anything is written to the run directory.
-    quiet_libraries()
-    trainer = build_trainer(recipe, run_dir)
-    saved = run_dir / "tokenizer.json"
-    tokenizer = None  # the recipe's, from the prepared cache
-    if saved_tokenizer:
-        tokenizer = Tokenizer.from_str(saved_tokenizer)  # the one the weights were trained with
-    elif saved.is_file() and rank > 0:
-        tokenizer = Tokenizer.load(saved)  # the one rank 0 used
-    data = TextDataModule(recipe, tokenizer, show_progress=rank == 0 and show_progress())
-    # Prepared (by each node's first process) and mapped now, so that broken data fails
-    # before the run directory exists.
-    data.setup("fit")
-    tokenizer = data.tokenizer
-    if rank == 0 and ckpt_path is None:
-        prepare_run_dir(recipe, recipe_path, force)
-    # W&B and MLflow write as they are created: only now that the run directory is ours.
-    trainer.loggers = build_loggers(recipe, run_dir)
-    if rank == 0:
-        atomic_write_text(run_dir / "recipe.yaml", recipe.to_yaml(), "recipe")
-        atomic_write_text(saved, tokenizer.to_str(), "tokenizer")
-    L.seed_everything(recipe.seed, workers=True, verbose=False)
-    task = task_class(recipe.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
-    if init is not None:
-        init.load_into(task.model)
-        if rank == 0:
-            import typer
+    def fit(self) -> None:
+        """``trainer.fit``, then the final state saved. A stop signal, a divergence or a
+        machine failure ends the run here: each is recorded (:meth:`write_summary`) and
+        raised, as :class:`~normzoo.run.preemption.Preempted` (exit 128 + signal),
+        :class:`~normzoo.diagnostics.callbacks.DivergenceError` (exit 3) or
+        :class:`~normzoo.errors.RuntimeFailure` (exit 1)."""
+        with self._recording_failures():
+            try:
+                with machine_failures(self.trainer):
+                    self.trainer.fit(self.task, datamodule=self.data, ckpt_path=self.ckpt_path,
+                                     weights_only=True)
+            except SIGTERMException:
+                raise self._preempted() from None
+            except DivergenceError as error:
+                self.write_summary("diverged", steps=error.step, diverged_at_step=error.step,
+                                   reason=str(error), last_good_checkpoint=error.last_checkpoint)
+                raise
+            # last.ckpt is written at each validation, and a run that reaches max_steps
+            # validates there (ValidateAtMaxSteps); one stopped otherwise (max_epochs) gets its
+            # final state here. Only then: a state saved after fit ended resumes one logged
+            # step off.
+            if self.callbacks.rolling.saved_step != self.trainer.global_step:
+                self.trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt",
+                                             weights_only=False)
 
-            typer.echo(init.announcement(), err=True)
-    if recipe.task == "translation":
-        task.valid_references = data.references["valid"]
-    if rank == 0:
-        import typer
+    def test(self) -> dict[str, Any]:
+        """The best checkpoint's scores (validation and test) and what else the completed
+        summary records; empty on ranks other than 0. A language model's validation and test
+        are collective (every rank takes part) and count in ``train_wall_s``; translation's
+        decoding is rank 0's alone and does not."""
+        trainer, recipe = self.trainer, self.recipe
+        with self._recording_failures():
+            if recipe.task == "translation":
+                self.trained = time.perf_counter()
+                if not trainer.is_global_zero:
+                    return {}
+                validation = {k: float(v) for k, v in trainer.callback_metrics.items()
+                              if k.startswith("val/")}
+                test = test_translation(recipe, self.task, self.data, trainer)
+            else:
+                validation, test = test_language_model(recipe, self.task, self.data, trainer)
+                self.trained = time.perf_counter()
+                if not trainer.is_global_zero:
+                    return {}
+        scores: dict[str, Any] = {
+            "stopped": stop_reason(trainer, recipe),
+            "best_checkpoint": self.callbacks.best.best_model_path or None,
+            "validation": validation, "test": test}
+        if self.init is not None:
+            scores["init"] = self.init.record()
+        return scores | {"total_wall_s": round(time.perf_counter() - self.started, 1)}
 
-        size = sum(p.numel() for p in task.model.parameters())
-        budget = recipe.data.max_tokens * recipe.trainer.accumulate * trainer.world_size
-        typer.echo(header(size, budget, recipe.trainer.max_steps, run_dir), err=True)
-
-    if ckpt_path is not None and rank == 0:  # before the CSV logger writes: it appends to it
-        resume_history(run_dir / "logs" / "csv" / "metrics.csv", resumed_step)
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from normzoo.diagnostics.callbacks import DivergenceError
-
-    try:
-        try:
-            with machine_failures(trainer):
-                trainer.fit(task, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-        except SIGTERMException:
-            raise _preempted(trainer, recipe_path, run_dir, started, overrides) from None
-        except DivergenceError as error:
-            if trainer.is_global_zero:
-                _record_divergence(error, recipe_path, run_dir, started,
-                                   trainer.strategy.root_device.type)
-            raise
-        # last.ckpt is written at each validation, and a run that reaches max_steps validates
-        # there (final_validation_callback); one stopped otherwise (max_epochs) gets its final
-        # state here. Only then: a state saved after fit ended resumes one logged step off.
-        rolling = next(cb for cb in trainer.callbacks if type(cb).__name__ == "RollingCheckpoints")
-        if rolling.saved_step != trainer.global_step:
-            trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-        if recipe.task != "translation":  # validate/test are collective: every rank takes part
-            lm_validation, lm_test = test_language_model(recipe, task, data, trainer)
+    def write_summary(self, status: str, **extra: Any) -> dict[str, Any] | None:
+        """Write how the run ended to ``summary.json`` (atomically, by rank 0 alone) and return
+        it; None on other ranks. Every ending has ``status``, ``recipe``, ``run_dir``,
+        ``steps`` (``extra`` may give its own: a diverged run's step), ``train_wall_s``
+        (until :meth:`test` ended training, else until now), then ``extra`` and ``machine``."""
+        trainer = self.trainer
         if not trainer.is_global_zero:
             return None
-        summary: dict[str, Any] = {
-            "status": "completed",
-            "recipe": str(recipe_path),
-            "run_dir": str(run_dir),
-            "steps": trainer.global_step,
-            "stopped": stop_reason(trainer, recipe),
-            "train_wall_s": round(time.perf_counter() - started, 1),
-            "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
-            "validation": lm_validation if recipe.task != "translation" else {
-                k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
-        }
-        summary["test"] = (test_translation(recipe, task, data, trainer)
-                           if recipe.task == "translation" else lm_test)
-        if init is not None:
-            summary["init"] = init.record()
+        summary = {"status": status, "recipe": str(self.recipe_path),
+                   "run_dir": str(self.run_dir), "steps": trainer.global_step,
+                   "train_wall_s": round((self.trained or time.perf_counter()) - self.started, 1)}
+        summary |= extra
         summary["machine"] = describe(trainer.strategy.root_device.type)
-        summary["total_wall_s"] = round(time.perf_counter() - started, 1)
-        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
         return summary
-    finally:
-        close_loggers(trainer)
 
+    def close(self) -> None:
+        """Close the loggers (W&B's run, the TensorBoard writer) and let go of the lock. A run
+        that failed before it wrote anything leaves no run directory behind (every ending
+        after that has written ``summary.json`` or the run's files into it)."""
+        try:
+            if self.trainer is not None:
+                close_loggers(self.trainer)
+        finally:
+            if self.lock is not None:
+                self.lock.release(remove_dir_if_empty=True)
 
-def _record_divergence(error: Exception, recipe_path: str | Path, run_dir: Path,
-                       started: float, device_type: str | None = None) -> None:
-    """``summary.json`` of a run stopped by :class:`DivergenceError`: the step and the reason,
-    so that the run directory says how the run ended, as it does for every other ending."""
-    step = getattr(error, "step", None)
-    summary = {"status": "diverged", "recipe": str(recipe_path), "run_dir": str(run_dir),
-               "steps": step, "diverged_at_step": step, "reason": str(error),
-               "last_good_checkpoint": getattr(error, "last_checkpoint", None),
-               "train_wall_s": round(time.perf_counter() - started, 1),
-               "machine": describe(device_type)}
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
+    # -- the stages' parts ---------------------------------------------------------------------
 
+    def _claim_run_dir(self) -> None:
+        """Rank 0 takes the run directory's lock (refusing ``--resume auto`` of a run that does
+        not exist before the lock creates it); a requeued SLURM job resumes by itself."""
+        if self.rank == 0:
+            refuse_missing_run(self.run_dir, self.resume, self.recipe_path)
+            self.lock = RunLock(self.run_dir).acquire()
+        self.resume = requeued(self.run_dir, self.resume)
 
-def _preempted(trainer, recipe_path: str | Path, run_dir: Path, started: float,
-               overrides: list[str] | None = None) -> Preempted:
-    """What to say (and record in ``summary.json``) when a signal stopped the run."""
-    import signal
+    def _starting_point(self) -> str:
+        """The checkpoint to resume from, checked, or ``init.from``'s weights, read and checked
+        against the model now, before anything is written (or ``--force`` clears the run
+        directory they may be in); return the tokenizer they were trained with ("" if none)."""
+        announce = self.rank == 0
+        if self.resume:
+            self.ckpt_path = resume_checkpoint(self.run_dir, self.resume, announce=announce)
+        if self.ckpt_path is None:
+            if announce:  # at once, not after minutes of tokenizer training
+                refuse_existing_run(self.run_dir, self.force)
+            self.init = initial_weights(self.recipe)
+            return self.init.tokenizer if self.init is not None else ""
+        step, tokenizer = prepare_resume(self.ckpt_path, self.recipe, self.run_dir,
+                                         self.resume, self.rank)
+        self.resumed_step = step
+        if announce:
+            typer.echo(f"resuming from {self.ckpt_path} (step {step})", err=True)
+        return tokenizer
 
-    stop = next(cb for cb in trainer.callbacks if type(cb).__name__ == "StopOnSignal")
-    name = signal.Signals(stop.agreed).name
-    command = resume_command(recipe_path, run_dir, overrides or [])
-    if trainer.is_global_zero:
-        summary = {"status": "preempted", "signal": name, "recipe": str(recipe_path),
-                   "run_dir": str(run_dir), "steps": trainer.global_step,
-                   "checkpoint": stop.saved_path, "resume": command,
-                   "train_wall_s": round(time.perf_counter() - started, 1),
-                   "machine": describe(trainer.strategy.root_device.type)}
-        if stop.requeue_note:
-            summary["requeue"] = stop.requeue_note
-        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
-    note = f"; {stop.requeue_note}" if stop.requeue_note else ""
-    return Preempted(f"stopped by {name} at step {trainer.global_step}: saved "
-                     f"{stop.saved_path}{note}; continue with: {command}", stop.agreed)
+    def _prepared_data(self, saved_tokenizer: str) -> TextDataModule:
+        """The data module on the tokenizer the weights were trained with, else rank 0's saved
+        one (other ranks), else the recipe's; prepared (by each node's first process) and
+        mapped now, so that broken data fails before the run directory exists."""
+        saved = self.run_dir / "tokenizer.json"
+        tokenizer = None  # the recipe's, from the prepared cache
+        if saved_tokenizer:
+            tokenizer = Tokenizer.from_str(saved_tokenizer)
+        elif saved.is_file() and self.rank > 0:
+            tokenizer = Tokenizer.load(saved)
+        data = TextDataModule(self.recipe, tokenizer,
+                              show_progress=self.rank == 0 and show_progress())
+        data.setup("fit")
+        return data
+
+    def _built_task(self, tokenizer: Tokenizer) -> Any:
+        """The task (LightningModule) from the recipe's seed, with ``init.from``'s weights;
+        rank 0 prints the header line."""
+        recipe = self.recipe
+        L.seed_everything(recipe.seed, workers=True, verbose=False)
+        task = task_class(recipe.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
+        if self.init is not None:
+            self.init.load_into(task.model)
+            if self.rank == 0:
+                typer.echo(self.init.announcement(), err=True)
+        if recipe.task == "translation":
+            task.valid_references = self.data.references["valid"]
+        if self.rank == 0:
+            size = sum(p.numel() for p in task.model.parameters())
+            budget = recipe.data.max_tokens * recipe.trainer.accumulate * self.trainer.world_size
+            typer.echo(header(size, budget, recipe.trainer.max_steps, self.run_dir), err=True)
+        return task
+
+    def _preempted(self) -> Preempted:
+        """Record a run stopped by a signal (its checkpoint, the command that resumes it) and
+        say the same in the error that ends the process."""
+        stop = self.callbacks.stop
+        name = signal.Signals(stop.agreed).name
+        command = resume_command(self.recipe_path, self.run_dir, self.overrides)
+        requeue = {"requeue": stop.requeue_note} if stop.requeue_note else {}
+        self.write_summary("preempted", signal=name, checkpoint=stop.saved_path,
+                           resume=command, **requeue)
+        note = f"; {stop.requeue_note}" if stop.requeue_note else ""
+        return Preempted(f"stopped by {name} at step {self.trainer.global_step}: saved "
+                         f"{stop.saved_path}{note}; continue with: {command}", stop.agreed)
+
+    @contextlib.contextmanager
+    def _recording_failures(self):
+        """A machine failure (memory, disk) during fit or the final test is recorded as the
+        run's ending, as far as the disk still allows; the failure itself is what is raised."""
+        try:
+            yield
+        except RuntimeFailure as failure:
+            with contextlib.suppress(RuntimeFailure):
+                self.write_summary("failed", reason=str(failure))
+            raise
