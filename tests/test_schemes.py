@@ -5,7 +5,7 @@ Pre-LN (Xiong et al. 2020), Sandwich-LN (Ding et al. 2021), Peri-LN (Kim et al. 
 (Wang et al. 2022, DeepNet), Sub-LN (Wang et al. 2022, Magneto), ReZero (Bachlechner et al. 2020),
 LayerScale (Touvron et al. 2021), Mix-LN (Li et al. 2024), ResiDual (Xie et al. 2023), Admin
 (Liu et al. 2020); each module of ``normzoo/residual/`` restates its formula in its docstring,
-and README.md's "Residual schemes and norms" table lists them. The test recomputes that formula
+and docs/schemes.md's table lists them. The test recomputes that formula
 by hand from the same stubs and compares. The stubs are chosen so that formula mistakes show:
 
 * every norm is a *different* fixed nonlinear map (``scale_k * tanh(x) + shift_k``), so
@@ -166,7 +166,7 @@ ALL_STACKS = pytest.mark.parametrize("stack_name", list(STACKS))
 ALL_KINDS = pytest.mark.parametrize("kind", list(SublayerKind))
 
 
-# -- registry: the names in README.md's scheme table (pyproject.toml's entry points) -------------
+# -- registry: the names in docs/schemes.md's scheme table (pyproject.toml's entry points) -------------
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
