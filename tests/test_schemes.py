@@ -166,7 +166,7 @@ ALL_STACKS = pytest.mark.parametrize("stack_name", list(STACKS))
 ALL_KINDS = pytest.mark.parametrize("kind", list(SublayerKind))
 
 
-# -- registry: the names in docs/schemes.md's table (pyproject.toml's entry points) ------------------
+# -- registry: the names in docs/schemes.md's table (pyproject.toml's entry points) ----------------
 
 
 @pytest.mark.parametrize("name", list(SCHEMES))
