@@ -14,9 +14,12 @@ from typing import Any
 
 import torch
 
-from normzoo.data.tokenizer import Tokenizer
+from normzoo.data.examples import ParallelData
+from normzoo.data.tokenizer import BOS, EOS, Tokenizer
 from normzoo.errors import NormzooError
-from normzoo.models.families import Seq2SeqModel, TransformerModel
+from normzoo.inference.sampling import fit_prompt, ragged_sample_steps
+from normzoo.inference.translate import translate_dataset, warn_cut
+from normzoo.models.families import DecoderModel, Seq2SeqModel, TransformerModel
 from normzoo.recipe import EvalConfig, Recipe
 
 
@@ -49,9 +52,6 @@ class Loaded:
         An empty (or blank) sentence gets an empty translation. One longer than the model's
         positions is cut to fit, with an :class:`~normzoo.inference.translate.InputCut` warning that
         names its line (``first_line`` for the first sentence)."""
-        from normzoo.data.examples import ParallelData
-        from normzoo.inference.translate import translate_dataset
-
         if not isinstance(self.model, Seq2SeqModel):
             raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a translator")
         config = self.eval_config(beam, lenpen)
@@ -77,8 +77,6 @@ class Loaded:
         than the model's positions is cut to its last tokens, with an
         :class:`~normzoo.inference.translate.InputCut` warning that names its line
         (``first_line`` for the first prompt)."""
-        from normzoo.inference.sampling import ragged_sample_steps
-
         self._causal_lm()
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
@@ -108,9 +106,6 @@ class Loaded:
         for the same generator state: the tokenizer's decoder maps tokens to text one by one,
         so the text of a token prefix is a prefix of the whole text. ``generator`` must be on
         the model's device (:meth:`generator`); ``line`` names the prompt in a warning."""
-        from normzoo.data.tokenizer import EOS
-        from normzoo.inference.sampling import ragged_sample_steps
-
         self._causal_lm()
         ids = self._prompt_ids(prompt, line)
         if ids is None:
@@ -131,18 +126,12 @@ class Loaded:
                 shown = text
 
     def _causal_lm(self) -> None:
-        from normzoo.models.families import DecoderModel
-
         if not isinstance(self.model, DecoderModel):
             raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a causal LM")
 
     def _prompt_ids(self, prompt: str, line: int) -> list[int] | None:
         """BOS and ``prompt``'s tokens, cut to fit the model (with a warning naming ``line``);
         None for an empty prompt, which gets an empty continuation."""
-        from normzoo.data.tokenizer import BOS
-        from normzoo.inference.sampling import fit_prompt
-        from normzoo.inference.translate import warn_cut
-
         tokens = self.tokenizer.encode(prompt) if prompt.strip() else []
         if not tokens:  # an empty or blank prompt: nothing to continue
             return None
@@ -162,6 +151,4 @@ class Loaded:
 
 
 def _until_eos(ids: list[int]) -> list[int]:
-    from normzoo.data.tokenizer import EOS
-
     return ids[: ids.index(EOS)] if EOS in ids else ids

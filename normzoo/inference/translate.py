@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 import torch
 
 from normzoo.data.batching import token_budget_batches
-from normzoo.data.examples import ParallelData
+from normzoo.data.examples import BlockData, ParallelData, SentenceData
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.inference.decoding import beam_search, greedy
 from normzoo.models.families import Seq2SeqModel
@@ -85,10 +86,6 @@ def language_model_metrics(loaded, lines: list[str], max_tokens: int,
     summed over the whole text. The masks are seeded as the run's validation and test seed
     them (the recipe's ``seed`` unless ``seed`` is given), sentence by sentence, so a split
     scores what the run's final test scored, whatever ``max_tokens``."""
-    import math
-
-    from normzoo.data.examples import BlockData, SentenceData
-
     recipe, model = loaded.recipe, loaded.model
     ids = loaded.tokenizer.encode_batch(lines)
     if recipe.task == "mlm":

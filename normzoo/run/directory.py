@@ -18,6 +18,7 @@ from pathlib import Path
 
 from normzoo.errors import NormzooError
 from normzoo.recipe import Recipe
+from normzoo.run.lock import LOCK_NAME
 
 
 class RunDirectoryExists(NormzooError):
@@ -34,8 +35,6 @@ def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
 
 def _contents(run_dir: Path) -> list[Path]:
     """What ``run_dir`` holds besides the lock of the process that is looking."""
-    from normzoo.run.lock import LOCK_NAME
-
     if not run_dir.is_dir():
         return []
     return [p for p in run_dir.iterdir() if p.name != LOCK_NAME]

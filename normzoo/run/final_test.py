@@ -7,13 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
+from normzoo.export.writer import average_state
+from normzoo.inference import translate
+from normzoo.inference.scoring import score
 from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 
 
 def _load_best(task, trainer) -> None:
-    import torch
-
     best = trainer.checkpoint_callback.best_model_path
     if best and Path(best).is_file():  # FSDP's sharded checkpoints are folders: keep weights
         state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
@@ -58,9 +62,6 @@ def _test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     run_dir = Path(trainer.default_root_dir)
     summary = _score_test(recipe, task.model, data, run_dir, "")
     if recipe.eval.average_last > 1:
-        from normzoo.checkpoints.rolling import step_checkpoints
-        from normzoo.export.writer import average_state
-
         best_step = best_checkpoint_step(trainer)
         paths, skipped = converged_checkpoints(step_checkpoints(run_dir / "checkpoints"),
                                                best_step, recipe.eval.average_last)
@@ -79,8 +80,6 @@ def _test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
 
 def best_checkpoint_step(trainer) -> int | None:
     """The step of the run's best checkpoint (None: the run keeps none)."""
-    from normzoo.checkpoints.rolling import checkpoint_step
-
     best = trainer.checkpoint_callback.best_model_path
     return checkpoint_step(Path(best)) if best else None
 
@@ -128,13 +127,11 @@ def log_test_scores(trainer, summary: dict[str, Any]) -> None:
 def _score_test(recipe: Recipe, model, data, run_dir: Path, suffix: str) -> dict[str, Any]:
     """Decode the test split with ``model`` (beam, and greedy beside it), score it and write
     the hypotheses to ``hyps.<split><suffix>.txt``."""
-    from normzoo.inference.scoring import score
-    from normzoo.inference.translate import translate_dataset
-
     split = recipe.data.test_split
     test = data.dataset("test")
     sources = data.sources["test"]
-    hyps = translate_dataset(model, data.tokenizer, test, recipe.eval, recipe.data.max_tokens)
+    hyps = translate.translate_dataset(model, data.tokenizer, test, recipe.eval,
+                                       recipe.data.max_tokens)
     refs = data.references["test"]
     result = score(hyps, refs)
     copy = score(sources, refs)
@@ -145,7 +142,7 @@ def _score_test(recipe: Recipe, model, data, run_dir: Path, suffix: str) -> dict
                "copy_source_bleu": round(copy.bleu, 2), "sentences": result.sentences}
     if recipe.eval.beam > 1:  # the greedy score beside it shows what the beam search buys
         greedy = recipe.eval.model_copy(update={"beam": 1})
-        greedy_hyps = translate_dataset(model, data.tokenizer, test, greedy,
-                                        recipe.data.max_tokens)
+        greedy_hyps = translate.translate_dataset(model, data.tokenizer, test, greedy,
+                                                  recipe.data.max_tokens)
         summary["greedy_bleu"] = round(score(greedy_hyps, refs).bleu, 2)
     return summary

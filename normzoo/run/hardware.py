@@ -11,6 +11,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from normzoo import __version__
+
 
 def _cpuinfo() -> dict[str, str]:
     """The first processor's fields in /proc/cpuinfo (empty off Linux)."""
@@ -69,9 +71,10 @@ def describe(device_type: str | None = None) -> dict[str, Any]:
     ``cpu_bf16`` is what the CPU has; ``NORMZOO_CPU_BF16``, which overrides that for the
     precision fallback, is recorded beside it where it is set, so the record never claims
     hardware the CPU lacks."""
+    # Here, not at the top: a sweep reads this module's core count without loading torch (nor
+    # the recipe's schema, which precision reads and which loads torch).
     import torch
 
-    from normzoo import __version__
     from normzoo.run.precision import CPU_BF16_OVERRIDE, cpu_supports_bf16
 
     gpu = (torch.cuda.get_device_name() if device_type == "cuda" and torch.cuda.is_available()

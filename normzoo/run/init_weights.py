@@ -19,8 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
+from normzoo.checkpoints.reading import (
+    EXPORT_FILES,
+    CheckpointError,
+    check_finite,
+    checkpoint_parts,
+    checkpoint_tokenizer,
+    read_checkpoint,
+)
+from normzoo.data.tokenizer import Tokenizer
 from normzoo.errors import NormzooError
+from normzoo.models import assemble
 from normzoo.recipe import Recipe
 
 LISTED = 8  # names shown per kind of difference
@@ -114,22 +125,12 @@ class InitWeights:
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], str, int | None]:
     """The model weights, tokenizer (JSON) and step of a checkpoint or an export folder."""
-    from normzoo.checkpoints.reading import (
-        EXPORT_FILES,
-        check_finite,
-        checkpoint_parts,
-        checkpoint_tokenizer,
-        read_checkpoint,
-    )
-
     if path.is_dir():
         missing = [name for name in EXPORT_FILES if not (path / name).is_file()]
         if missing:
             raise InitError(f"init.from={path} is a folder but not a normzoo export (missing "
                             f"{', '.join(missing)}); give a .ckpt file or the folder `normzoo "
                             "export` wrote")
-        from safetensors.torch import load_file
-
         try:
             state = load_file(path / "model.safetensors")
         except Exception as error:  # safetensors raises its own types for damaged files
@@ -154,8 +155,6 @@ def _model_shapes(recipe: Recipe, vocab_size: int
     """The weight shapes of the model ``recipe`` builds, and the names of each tensor it
     shares; built on the meta device (no memory, no computation), or on the CPU for a plugin
     that cannot be built there."""
-    from normzoo.models import assemble
-
     try:
         with torch.device("meta"):
             model = assemble(recipe.model, vocab_size=vocab_size)
@@ -176,9 +175,6 @@ def initial_weights(recipe: Recipe) -> InitWeights | None:
     source = recipe.init.checkpoint
     if not source:
         return None
-    from normzoo.checkpoints.reading import CheckpointError
-    from normzoo.data.tokenizer import Tokenizer
-
     path = Path(source).expanduser()
     if not path.exists():
         raise InitError(f"init.from={path}: no checkpoint or export folder there")

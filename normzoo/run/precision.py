@@ -16,7 +16,10 @@ import platform
 import subprocess
 from pathlib import Path
 
+import typer
+
 from normzoo.recipe import Recipe
+from normzoo.run.machine import training_device
 
 BF16 = ("bf16-mixed", "bf16-true")
 
@@ -65,14 +68,10 @@ def cpu_supports_bf16(*, honour_override: bool = True) -> bool:
 def training_precision(recipe: Recipe, *, announce: bool = True) -> Recipe:
     """``recipe``, with ``trainer.precision`` set to ``32-true`` where it asks for bf16 on a CPU
     that has no bf16 instructions (saying so on stderr when ``announce``)."""
-    from normzoo.run.machine import training_device
-
     trainer = recipe.trainer
     if trainer.precision not in BF16 or training_device(trainer) != "cpu" or cpu_supports_bf16():
         return recipe
     if announce:
-        import typer
-
         typer.echo(f"warning: this CPU has no bf16 instructions (avx512_bf16, AMX or Arm BF16), "
                    f"so trainer.precision={trainer.precision} would run emulated and slower "
                    "than float32; training in 32-true instead", err=True)

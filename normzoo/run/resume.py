@@ -42,20 +42,28 @@ checkpoint). To continue the weights under such changes, start a new run from th
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import typer
+
+from normzoo.checkpoints.reading import checkpoint_parts, checkpoint_tokenizer, read_checkpoint
+from normzoo.checkpoints.rolling import newest_checkpoint
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
+from normzoo.recipe.paths import local_path
 from normzoo.run.directory import RunDirectoryExists, run_directory_override
+from normzoo.run.preemption import slurm_restarted
 
 
 def refuse_missing_run(run_dir: Path, resume: str | None, recipe_path: str | Path) -> None:
@@ -64,8 +72,6 @@ def refuse_missing_run(run_dir: Path, resume: str | None, recipe_path: str | Pat
     (the run's lock) creates it."""
     if resume != "auto" or run_dir.exists():
         return
-    import difflib
-
     parent = run_dir.parent
     siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
     close = difflib.get_close_matches(run_dir.name, siblings, n=3, cutoff=0.6)
@@ -84,8 +90,6 @@ def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path
 
     A checkpoint that cannot be read is skipped for the previous one, and (``announce``) a
     ``warning:`` line says which and why."""
-    from normzoo.checkpoints.rolling import newest_checkpoint
-
     if resume != "auto":
         path = Path(resume).expanduser()
         if not path.exists():
@@ -95,8 +99,6 @@ def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path
     skipped: list[Path] = []
     newest = newest_checkpoint(directory, skipped)
     if announce:
-        import typer
-
         instead = f"; resuming from {newest.path} (step {newest.step}) instead" if newest else ""
         for path in skipped:
             typer.echo(f"warning: skipping {path}: it cannot be read as a checkpoint (cut short "
@@ -184,8 +186,6 @@ def _leaves(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _their_paths(theirs: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's recipe with its paths resolved as this run's are (a checkpoint written
     before normzoo resolved them holds them as typed, relative to where it ran)."""
-    from normzoo.recipe.paths import local_path
-
     data, init = theirs.get("data"), theirs.get("init")
     if isinstance(data, dict) and isinstance(data.get("dir"), str) and data["dir"]:
         theirs = {**theirs, "data": {**data, "dir": local_path(data["dir"])}}
@@ -309,12 +309,6 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     ``--resume auto`` is crash recovery: checkpoints after the resumed step are discarded as the
     run redoes them. With an explicit path they are left alone (the user may be branching).
     """
-    from normzoo.checkpoints.reading import (
-        checkpoint_parts,
-        checkpoint_tokenizer,
-        read_checkpoint,
-    )
-
     # Weights only: a crafted file runs no code. FSDP's sharded checkpoints are folders whose
     # metadata is in meta.pt.
     sharded = ckpt_path.is_dir()
@@ -325,8 +319,6 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     tokenizer = checkpoint_tokenizer(saved["normzoo"].get("tokenizer"), str(ckpt_path))
     step = saved["global_step"]
     if rank == 0:
-        import typer
-
         for change in changes:
             typer.echo(f"resume: {change}", err=True)
         if resume == "auto":
@@ -340,8 +332,6 @@ def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str])
     """The command that continues a stopped run: the one it was started with (its overrides
     repeated, quoted for the shell) with ``--resume auto``, and the run directory when it is not
     the recipe's default and no override names it."""
-    import shlex
-
     words = ["normzoo", "train", str(recipe_path), "--resume", "auto", *overrides]
     if run_directory_override(run_dir, recipe_path) and not any(
             override.partition("=")[0].strip() == "run.dir" for override in overrides):
@@ -351,12 +341,7 @@ def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str])
 
 def requeued(run_dir: Path, resume: str | None) -> str | None:
     """``auto`` for a SLURM job restarted after a requeue whose run has a checkpoint."""
-    from normzoo.checkpoints.rolling import newest_checkpoint
-    from normzoo.run.preemption import slurm_restarted
-
     if resume is None and slurm_restarted() and newest_checkpoint(run_dir / "checkpoints"):
-        import typer
-
         typer.echo(f"SLURM job restarted (SLURM_RESTART_COUNT="
                    f"{os.environ.get('SLURM_RESTART_COUNT')}): resuming {run_dir}", err=True)
         return "auto"

@@ -17,6 +17,10 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
+from lightning.fabric.utilities.throughput import measure_flops
+from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.utilities import rank_zero_info
 
 from normzoo import __version__
 from normzoo.checkpoints import rng_state as rng
@@ -88,8 +92,6 @@ class NormzooTask(L.LightningModule):
     def _monitors_throughput(self) -> bool:
         """Whether Lightning's ThroughputMonitor reads :attr:`flops_per_batch` here: it does on
         the global rank 0 only."""
-        from lightning.pytorch.callbacks import ThroughputMonitor
-
         return self.trainer.is_global_zero and any(
             isinstance(callback, ThroughputMonitor) for callback in self.trainer.callbacks)
 
@@ -120,9 +122,6 @@ class NormzooTask(L.LightningModule):
         padding mask, some plugins) cannot run there: then None, and the throughput is logged
         without FLOPs.
         """
-        from lightning.fabric.utilities.throughput import measure_flops
-        from lightning.pytorch.utilities import rank_zero_info
-
         eager = self.recipe.trainer.model_copy(update={"compile": False})
         recipe = self.recipe.model_copy(update={"trainer": eager})
         smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
@@ -154,8 +153,6 @@ class NormzooTask(L.LightningModule):
         if self._trainer is not None and self.trainer.world_size > 1:
             state = self.trainer.strategy.broadcast(state, src=0)
             scheme.load_data_init(self.model, state)
-        from lightning.pytorch.utilities import rank_zero_info
-
         rank_zero_info(scheme.describe_data_init(state))
         return state
 
@@ -256,8 +253,6 @@ class NormzooTask(L.LightningModule):
         state = rng.capture()
         if self._trainer is None or self.trainer.world_size == 1:
             return [state]
-        import torch.distributed as dist
-
         gathered: list[Any] = [None] * self.trainer.world_size
         dist.all_gather_object(gathered, state)
         return gathered
