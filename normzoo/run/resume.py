@@ -3,7 +3,7 @@ killed process left behind.
 
 What a resume may change (:data:`RESUMABLE`). Each change is printed (``resume: KEY OLD -> NEW``);
 any other difference from the recipe the run was trained with refuses the resume, listed with
-its old and new value.
+its old and new value (the differences are found by :mod:`normzoo.run.recipe_changes`).
 
 A resume continues *the same experiment* where it stopped, so what may change is what does
 not decide the result of a training step:
@@ -43,12 +43,10 @@ checkpoint). To continue the weights under such changes, start a new run from th
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 import shlex
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +56,11 @@ from normzoo.checkpoints.reading import checkpoint_parts, checkpoint_tokenizer, 
 from normzoo.checkpoints.rolling import newest_checkpoint
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import remove_stale_temporaries
-from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
-from normzoo.recipe.paths import local_path
 from normzoo.run.directory import RunDirectoryExists, run_directory_override
 from normzoo.run.preemption import slurm_restarted
+from normzoo.run.recipe_changes import Change, recipe_changes, shown
 
 
 def refuse_missing_run(run_dir: Path, resume: str | None, recipe_path: str | Path) -> None:
@@ -136,64 +133,6 @@ class ResumeError(NormzooError):
     recipe changes what a resume cannot (:data:`RESUMABLE`)."""
 
 
-@dataclass(frozen=True)
-class Change:
-    """A setting that differs between the checkpoint's recipe and the one resuming it."""
-
-    key: str
-    old: Any
-    new: Any
-    note: str = ""
-
-    def __str__(self) -> str:
-        note = f" ({self.note})" if self.note else ""
-        return f"{self.key} {_shown(self.old)} -> {_shown(self.new)}{note}"
-
-
-def _shown(value: Any) -> str:
-    """``value`` as a recipe would write it: ``null``, ``true``, ``[csv, tensorboard]``."""
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_shown(v) for v in value) + "]"
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    return str(value) if value != "" else "''"
-
-
-def _filled(theirs: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``theirs`` with the keys it lacks taken from ``defaults``, section by section: a key
-    added to normzoo since the checkpoint was written is not a difference when the
-    checkpoint's run had its default."""
-    filled = dict(theirs)
-    for key, default in defaults.items():
-        if key not in filled:
-            filled[key] = default
-        elif isinstance(default, dict) and isinstance(filled[key], dict):
-            filled[key] = _filled(filled[key], default)
-    return filled
-
-
-def _leaves(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"data.tokenizer.vocab_size": 8000, ...}``: every value of a recipe by its key."""
-    found: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            found.update(_leaves(value, f"{prefix}{key}."))
-        else:
-            found[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
-    return found
-
-
-def _their_paths(theirs: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's recipe with its paths resolved as this run's are (a checkpoint written
-    before normzoo resolved them holds them as typed, relative to where it ran)."""
-    data, init = theirs.get("data"), theirs.get("init")
-    if isinstance(data, dict) and isinstance(data.get("dir"), str) and data["dir"]:
-        theirs = {**theirs, "data": {**data, "dir": local_path(data["dir"])}}
-    if isinstance(init, dict) and isinstance(init.get("from"), str) and init["from"]:
-        theirs = {**theirs, "init": {**init, "from": local_path(init["from"])}}
-    return theirs
-
-
 def _refusal(change: Change, theirs: dict[str, Any], step: int) -> str | None:
     """Why ``change`` cannot be made on resume, or None if it can."""
     if change.key == "trainer.max_steps" and isinstance(change.new, int) and change.new < step:
@@ -207,18 +146,6 @@ def _refusal(change: Change, theirs: dict[str, Any], step: int) -> str | None:
         return ("--resume continues the run from its own checkpoint and init.from starts a new "
                 "one: drop it to resume, or start a new run with another run.dir or --force")
     return ""
-
-
-def _same_model(recipe: dict[str, Any]) -> dict[str, Any]:
-    """``recipe`` with model settings that build the same model written one way: ``kv_heads``
-    equal to ``heads`` is unset (multi-head attention either way), and ``rope_base`` is left out
-    where positions are not rotary (nothing reads it)."""
-    model = dict(recipe.get("model") or {})
-    if model.get("kv_heads") is not None and model.get("kv_heads") == model.get("heads"):
-        model["kv_heads"] = None
-    if model.get("positions") != "rope":
-        model.pop("rope_base", None)
-    return {**recipe, "model": model}
 
 
 def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[Change]:
@@ -239,17 +166,12 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
                           "state in it); resume from a run's checkpoints/*.ckpt")
     if not isinstance(theirs.get("model"), dict):
         raise ResumeError(f"{path} is damaged: its recipe has no model section")
-    defaults = Recipe().to_dict()
-    defaults["model"] = ModelConfig().model_dump(mode="json")
-    theirs = _their_paths(_filled(theirs, defaults))
-    old, new = _leaves(_same_model(theirs)), _leaves(_same_model(recipe.to_dict()))
+    theirs, changes = recipe_changes(theirs, recipe)
     step = saved["global_step"]
     accepted: list[Change] = []
     refused: list[str] = []
-    for key in sorted(set(old) | set(new), key=_order(recipe.to_dict())):
-        if old.get(key) == new.get(key):
-            continue
-        change = Change(key, old.get(key), new.get(key))
+    for change in changes:
+        key = change.key
         why = _refusal(change, theirs, step)
         if why is None:
             schedule = theirs["optim"].get("schedule")
@@ -259,8 +181,8 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
                                 "the new length")
             accepted.append(change)
         else:
-            refused.append(f"{key}: checkpoint {_shown(old.get(key))}, recipe "
-                           f"{_shown(new.get(key))}" + (f" ({why})" if why else ""))
+            refused.append(f"{key}: checkpoint {shown(change.old)}, recipe "
+                           f"{shown(change.new)}" + (f" ({why})" if why else ""))
     if refused:
         lines = "\n".join(f"  - {line}" for line in refused)
         model = any(line.startswith(("model.", "task:")) for line in refused)
@@ -276,12 +198,6 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
             "cadence, loggers, data folder, compute settings and test decoding may change. "
             f"Resume with the recipe it was trained with{further}")
     return accepted
-
-
-def _order(recipe: dict[str, Any]) -> Any:
-    """Keys in the recipe's own order (task, model, ..., trainer), not alphabetical."""
-    sections = {key: i for i, key in enumerate(recipe)}
-    return lambda key: (sections.get(key.split(".")[0], len(sections)), key)
 
 
 STEP_FILE = re.compile(r"^(?:best|step)-(\d+)(?:-v\d+)?\.ckpt$")
