@@ -97,7 +97,7 @@ class TrainingRun:
         self.run_dir = run_directory(self.recipe, recipe_path)
         self.force, self.resume, self.overrides = force, resume, overrides or []
         self.lock: RunLock | None = None  # rank 0's, from setup() to close()
-        self.started = self.trained = 0.0  # the clock (perf_counter) at setup and fit's end
+        self.started = self.trained = 0.0  # the clock at setup; where train_wall_s ends
         self.ckpt_path: Path | None = None  # the checkpoint a resume starts from
         self.resumed_step = 0  # and its step
         self.init = None  # init.from's weights (normzoo.run.init_weights), for a new run
