@@ -89,6 +89,9 @@ def second_part(cells: int, hours: float) -> list[str]:
         "EPYC (family 25, model 17); no GPU was lent:", "",
         "```bash", *[command(group, folder, grid) for group, folder, grid, _ in SWEEPS], "```",
         "",
+        "nGPT seed 3 and mHC seed 3 at 6 layers were stopped (SIGSTOP) for about half an hour "
+        "while the test suite ran on 2026-11-26 and then continued: their training minutes "
+        "include that pause; their updates and losses do not change.", "",
         f"Cells: {cells} of {expected}; {hours:.1f} h of training in all. The columns are the "
         "first part's, with the mean cosine between a layer's input and output (how far a "
         "layer turns the state: on nGPT's sphere the stream norm is 1 by construction). HC's "
