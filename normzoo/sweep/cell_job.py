@@ -74,12 +74,13 @@ class CellJob(Checkpointable):
         stopping: list[int] = []
 
         def stop_then_requeue(signum: int, frame: Any) -> None:
-            # While the run trains, SIGTERM is normzoo's stop (preemption.StopOnSignal, which
-            # train.py finds by that name too); it is handed SIGTERM, not this signal, as that
-            # is what it passes on to the processes it launched.
+            # While the run trains, SIGTERM is normzoo's stop (a StopOnSignal callback's
+            # handler); it is handed SIGTERM, not this signal, as that is what it passes on to
+            # the processes it launched. Imported here: Lightning is loaded once a run trains.
+            from normzoo.run.callbacks.signals import StopOnSignal
+
             stop = signal.getsignal(signal.SIGTERM)
-            if callable(stop) and type(getattr(stop, "__self__", None)).__name__ == \
-                    "StopOnSignal":
+            if callable(stop) and isinstance(getattr(stop, "__self__", None), StopOnSignal):
                 stopping.append(signum)  # the run stops at its next clean step, saves, raises
                 stop(signal.SIGTERM, frame)
             else:
