@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,13 @@ class RunCallbacks:
         if t.progress_bar:
             listed.append(StepProgressBar())
         return cls(best, rolling, stop, listed)
+
+
+# Lightning warns when an epoch has fewer batches than log_every_n_steps; its steps are counted
+# across epochs and normzoo writes train/loss as the mean since the last write, so a short epoch
+# loses nothing and the warning, on every small run, would only alarm.
+warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller "
+                        r"than the logging interval")
 
 
 def build_trainer(recipe: Recipe, run_dir: Path, callbacks: RunCallbacks | None = None,
