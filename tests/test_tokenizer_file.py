@@ -124,6 +124,7 @@ def test_a_file_that_is_no_tokenizer_is_refused(tmp_path: Path, content: str):
     result = runner.invoke(app, ["recipe", "validate",
                                  str(recipe_file(tmp_path, str(tmp_path / "bad.json")))])
     assert result.exit_code == 2, result.output
+    assert "inputs missing or unusable" in result.output  # it is there: not "not found"
     assert f"data.tokenizer.path: cannot read tokenizer {tmp_path / 'bad.json'}" in \
         " ".join(result.output.split())
 

@@ -127,5 +127,10 @@ def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
     that is not (exit 2)."""
     problems = input_problems(recipe, resuming)
     if problems:
-        raise ConfigError(problems, "inputs not found")
+        # A file that is there but cannot be used (a damaged or foreign tokenizer) is not "not
+        # found": the title says which the reader is looking at.
+        unusable = any(p.path == "data.tokenizer.path" and "not found" not in p.message
+                       for p in problems)
+        raise ConfigError(problems, "inputs missing or unusable" if unusable
+                          else "inputs not found")
     return recipe
