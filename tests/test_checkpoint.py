@@ -313,3 +313,27 @@ def test_averaging_names_a_checkpoint_of_another_model_or_a_damaged_one(tmp_path
     damaged = step_file("step-4.ckpt", {"model.w": "not a tensor"})
     with pytest.raises(CheckpointError, match=r"step-4\.ckpt.*damaged"):
         average_state([a, damaged])
+
+
+def test_evaluate_inside_a_run_directory_leaves_the_runs_files_as_they_were(
+        tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Re-scoring a run from inside its folder writes hyps.SPLIT.evaluate.txt beside the
+    training's hyps.SPLIT.txt (its final test, which normzoo compare reads), never over it
+    (issue 37, item 6)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_checkpoint.parent.parent, run)
+    split = "valid"
+    theirs = run / f"hyps.{split}.txt"
+    theirs.write_text("the training's final test\n", encoding="utf-8")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    monkeypatch.chdir(run)
+    monkeypatch.setenv("NORMZOO_CACHE", str(tiny_checkpoint.parent.parent.parent / "cache"))
+    result = runner.invoke(app, ["evaluate", "checkpoints/last.ckpt", "--split", split,
+                                 "--beam", "1"])
+    assert result.exit_code == 0, result.output
+    assert f"hypotheses in hyps.{split}.evaluate.txt" in " ".join(result.output.split())
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert set(after) - set(before) == {f"hyps.{split}.evaluate.txt"}

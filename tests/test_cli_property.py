@@ -447,7 +447,7 @@ def run_in_process(ex: Example) -> Outcome:
     env = os.environ.get("NORMZOO_CACHE")
     sys.argv = ["normzoo", *ex.args]
     sys.stdin, sys.stdout, sys.stderr = streams
-    os.chdir(ex.folder)  # default outputs (hyps.test.txt, runs/, diagnostics/) land here
+    os.chdir(ex.folder)  # default outputs (hyps.test.evaluate.txt, runs/, diagnostics/) land here
     if ex.cache is not None:
         os.environ["NORMZOO_CACHE"] = str(ex.cache)
     code: Any = 0

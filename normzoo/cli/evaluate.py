@@ -40,7 +40,8 @@ def evaluate(
     bf16: bool = typer.Option(False, "--bf16", help="Decode under bf16 autocast (translation; "
                               "on a CPU with bf16 instructions or a GPU)."),
     hyps: Path = typer.Option(None, metavar="FILE",
-                              help="Where to write hypotheses (default: hyps.SPLIT.txt)."),
+                              help="Where to write hypotheses (default: "
+                              "hyps.SPLIT.evaluate.txt)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
     device: str = device_option(),
 ) -> None:
@@ -81,7 +82,9 @@ def evaluate(
     with input_warnings():  # a sentence longer than the model's positions, named
         hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
                                       max_tokens=batch_tokens, bf16=bf16)
-    out = hyps or Path(f"hyps.{name}.txt")
+    # Not hyps.SPLIT.txt: inside a run directory that is the training's final test, which
+    # normzoo compare reads, and a re-scoring must leave the run's files as they were.
+    out = hyps or Path(f"hyps.{name}.evaluate.txt")
     check_output_file(out, "--hyps")
     atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all
     result = score(hypotheses, references)
