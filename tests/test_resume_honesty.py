@@ -195,3 +195,32 @@ def test_settings_that_build_the_same_model_resume_and_those_that_do_not_are_ref
     assert check_resumable(saved(base), same, Path("x.ckpt")) == []
     with pytest.raises(ResumeError, match=r"model\.kv_heads: checkpoint null, recipe 1"):
         check_resumable(saved(base), from_dict(tiny(model={"kv_heads": 1})), Path("x.ckpt"))
+
+
+def test_the_advice_on_a_refused_resume_is_one_that_works():
+    """A new width changes every matrix's shape, so init.from would load nothing (and says so):
+    the refusal does not offer it. A new depth keeps the layers both have: init.from with
+    init.strict=false is offered, and loading the old weights that way takes those that fit
+    (issue 37, item 6)."""
+    from normzoo.models import assemble
+    from normzoo.recipe import from_dict
+    from normzoo.run.init_weights import InitWeights
+    from normzoo.run.resume import ResumeError, check_resumable
+
+    base = from_dict(tiny()).to_dict()
+    saved = {"normzoo": {"recipe": base}, "loops": {}, "global_step": 2}
+    wider = from_dict(tiny(model={"d_model": 2 * base["model"]["d_model"]}))
+    with pytest.raises(ResumeError) as refused:
+        check_resumable(saved, wider, Path("x.ckpt"))
+    assert "init.from" not in str(refused.value) and "every matrix changes shape" in str(
+        refused.value)
+    deeper = from_dict(tiny(model={"encoder_layers": base["model"]["encoder_layers"] + 1}))
+    with pytest.raises(ResumeError) as refused:
+        check_resumable(saved, deeper, Path("x.ckpt"))
+    assert "init.from=x.ckpt init.strict=false with another run.dir" in str(refused.value)
+    old = assemble(from_dict(base).model, vocab_size=64).state_dict()
+    new = assemble(deeper.model, vocab_size=64).state_dict()
+    weights = InitWeights(source="x.ckpt", step=None, tokenizer="", state=dict(old),
+                          strict=False)
+    weights.fit({name: tensor.shape for name, tensor in new.items()}, [])
+    assert 0 < weights.loaded < len(new) and weights.missing  # the new layer stays fresh

@@ -187,7 +187,13 @@ def check_resumable(saved: dict[str, Any], recipe: Recipe, path: Path) -> list[C
         lines = "\n".join(f"  - {line}" for line in refused)
         model = any(line.startswith(("model.", "task:")) for line in refused)
         init = any(line.startswith("init.") for line in refused)
+        # A new width, family or task changes every matrix's shape: init.from would load
+        # nothing (init_weights refuses that), so it is not offered.
+        reshaped = any(line.startswith(("model.d_model:", "model.family:", "task:"))
+                       for line in refused)
         further = "" if init else (
+            "; its weights cannot seed the new model (every matrix changes shape): train a new "
+            "run with another run.dir" if reshaped else
             "; to go on from its weights under the new settings, start a new run from them "
             f"(step 0, a fresh optimizer and schedule): init.from={path}"
             + (" init.strict=false" if model else "") + " with another run.dir")
