@@ -14,13 +14,6 @@
 # study_depth.py --commands, so the report prints exactly what ran.
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$1" && . .venv/bin/activate || exit 2
-mkdir -p logs
-slot() {
-  local commands
-  mapfile -t commands < <(python "$HERE/study_depth.py" --commands "$1")
-  for command in "${commands[@]}"; do eval "$command" < /dev/null; done
-}
-slot a > logs/slot-a.log 2>&1 &
-slot b > logs/slot-b.log 2>&1 &
-wait
+# shellcheck source=benchmarks/study_slots.sh
+. "$HERE/study_slots.sh"
+run_slots "$1" "" python "$HERE/study_depth.py" --commands

@@ -13,13 +13,6 @@
 # last.ckpt, so after a stop the same line picks up where it was.
 set -u
 HERE="$(cd "$(dirname "$0")" && pwd)"
-cd "$1" && . .venv/bin/activate || exit 2
-mkdir -p logs
-slot() {
-  local commands
-  mapfile -t commands < <(python "$HERE/study_llama_plan.py" "$1")
-  for command in "${commands[@]}"; do eval "$command" < /dev/null; done
-}
-slot a > logs/llama-slot-a.log 2>&1 &
-slot b > logs/llama-slot-b.log 2>&1 &
-wait
+# shellcheck source=benchmarks/study_slots.sh
+. "$HERE/study_slots.sh"
+run_slots "$1" "llama-" python "$HERE/study_llama_plan.py"
