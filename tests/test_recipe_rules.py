@@ -157,12 +157,23 @@ def test_a_model_section_that_skipped_the_registry_is_checked_before_it_is_built
     for model, says in (({"norm": "batchnorm"}, "causal decoder"),
                         ({"residual": {"name": "mixln", "post_fraction": 5}}, "less than")):
         recipe = from_dict({"task": "causal_lm", "model": model}, check_registry=False)
-        assert not recipe.model.registry_checked
         with pytest.raises(ConfigError, match=says):
             assemble(recipe.model, vocab_size=100)
     typed = from_dict({"task": "causal_lm", "model": {
         "d_model": 32, "heads": 2, "ffn_dim": 64, "decoder_layers": 1,
         "residual": {"name": "mixln", "post_fraction": "0.5"}}})
-    assert typed.model.registry_checked
     assert typed.model.residual.options == {"post_fraction": 0.5}  # typed once, at validation
     assert assemble(typed.model, vocab_size=100) is not None
+
+
+def test_the_registry_check_returns_a_new_config_and_changes_none():
+    """Checking a model section against the registry gives a new, typed config; the one it
+    was given (frozen) is left as it was, and checking again changes nothing."""
+    from normzoo.models import ModelConfig
+
+    given = ModelConfig(residual={"name": "mixln", "post_fraction": "0.5"})
+    checked = given.resolved()
+    assert checked is not given
+    assert given.residual.options == {"post_fraction": "0.5"}
+    assert checked.residual.options == {"post_fraction": 0.5}
+    assert checked.resolved() == checked

@@ -43,12 +43,10 @@ def assemble(
 ) -> TransformerModel:
     """Build the model described by ``config`` (``vocab_size`` overrides the config's).
 
-    A plain dict (the Python API) is validated here; a ``ModelConfig`` already was, unless it
-    skipped the registry check: then it is checked now, before anything is built.
+    A plain dict (the Python API) is validated here; a ``ModelConfig`` already was. Either is
+    checked against the registry (:meth:`ModelConfig.resolved`) before anything is built.
     """
-    config = ModelConfig.parse(config)
-    if not config.registry_checked:
-        config = ModelConfig.parse(config.model_dump())
+    config = ModelConfig.parse(config)  # validated and checked against the registry
     if vocab_size is not None:
         config = config.with_vocab(vocab_size)
     if config.vocab_size is None:

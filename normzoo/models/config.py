@@ -2,10 +2,11 @@
 
 ``norm`` and ``residual`` name registry entries, either as a bare name (``residual: deepnorm``)
 or as a mapping with options (``residual: {name: mixln, post_fraction: 0.25}``). Validation
-checks the sizes, then the names and options against the registry
-(:func:`normzoo.models.resolve.resolve`), and keeps the options as the plugin's own signature
-reads them: a validated ``ModelConfig`` is what :func:`normzoo.models.assemble.assemble`
-builds, with no second check.
+checks the sizes; :meth:`ModelConfig.resolved` then checks the names and options against the
+registry (:func:`normzoo.models.resolve.resolve`) and returns a new config whose options are
+typed as the plugin's own signature reads them. The recipe loader does both, so a recipe's
+model section arrives typed; :func:`normzoo.models.assemble.assemble` resolves what it is
+given again, so a config built by hand is checked before anything is built.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from normzoo.errors import ConfigError, Problem
 from normzoo.models.component import Component
@@ -81,13 +82,10 @@ class ModelConfig(BaseModel):
         default=True, description="encoder and decoder share one embedding (joint vocabulary)"
     )
     pad_id: int = Field(default=0, ge=0)
-    # Whether validation checked norm and residual against the registry (and typed their
-    # options); a config built otherwise (model_construct, check_registry=False) is checked by
-    # assemble() before it builds anything.
-    _registry_checked: bool = PrivateAttr(default=False)
-
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> ModelConfig:
+        if (info.context or {}).get("fields_only"):  # registry_problems: the rules are known
+            return self
         problems = []
         if self.d_model % self.heads:
             problems.append(
@@ -102,24 +100,26 @@ class ModelConfig(BaseModel):
             problems.append(
                 Problem("pad_id", f"{self.pad_id} is outside the vocabulary ({self.vocab_size})")
             )
-        # The registry check: names, options, combinations. Skipped only on request
-        # (``context={"registry": False}``), e.g. to read a recipe whose plugin is not here.
-        if (info.context or {}).get("registry", True):
-            from normzoo.models.resolve import resolve  # torch and the plugins: on first use
-
-            # Tried with the defaults in place of the fields that already have a problem.
-            fields = type(self).model_fields
-            sound = self.model_copy(update={p.path: fields[p.path].default for p in problems})
-            norm, residual, qk_norm, found = resolve(sound)
-            problems += found
-            if not found:  # the options as the plugins' signatures read them
-                object.__setattr__(self, "norm", norm)  # frozen: set once, while validating
-                object.__setattr__(self, "residual", residual)
-                object.__setattr__(self, "qk_norm", qk_norm)
-                self._registry_checked = not problems
         if problems:
-            raise rule_error(*dict.fromkeys(problems))
+            raise rule_error(*problems)
         return self
+
+    def resolved(self, prefix: str = "model") -> ModelConfig:
+        """A new config, checked against the registry: ``norm``, ``residual`` and ``qk_norm``
+        with their options as the plugins' own signatures read them (``"0.5"`` typed as 0.5).
+
+        Kept out of pydantic validation, which may not return a new object from a frozen
+        model's validator: the recipe loader (:func:`normzoo.recipe.from_dict`) calls it and
+        reports its problems with the rest, and :func:`~normzoo.models.assemble.assemble`
+        calls it on whatever it is given (it is idempotent, and cheap beside a build).
+        Raises :class:`ConfigError` with every problem, located under ``prefix``.
+        """
+        from normzoo.models.resolve import resolve  # torch and the plugins: on first use
+
+        norm, residual, qk_norm, problems = resolve(self)
+        if problems:
+            raise ConfigError(problems).prefixed(prefix)
+        return self.model_copy(update={"norm": norm, "residual": residual, "qk_norm": qk_norm})
 
     def _attention_problems(self) -> list[Problem]:
         """GQA's groups and RoPE's channel pairs: rules the attention modules would otherwise
@@ -153,11 +153,6 @@ class ModelConfig(BaseModel):
         return self.bias
 
     @property
-    def registry_checked(self) -> bool:
-        """Whether ``norm`` and ``residual`` were checked against the registry when validated."""
-        return self._registry_checked
-
-    @property
     def encoder_depth(self) -> int:
         """N: encoder layers this family actually has."""
         return self.encoder_layers if self.family != "decoder" else 0
@@ -169,15 +164,37 @@ class ModelConfig(BaseModel):
 
     @classmethod
     def parse(cls, data: ModelConfig | dict[str, Any], prefix: str = "model") -> ModelConfig:
-        """Validate ``data`` (a model section on its own, e.g. from the Python API); every
-        problem is reported at once under ``prefix``. A recipe's model section is validated
-        with the recipe (:func:`normzoo.recipe.from_dict`)."""
+        """Validate ``data`` (a model section on its own, e.g. from the Python API) and check
+        it against the registry (:meth:`resolved`); every problem is reported at once under
+        ``prefix``. A recipe's model section is validated with the recipe
+        (:func:`normzoo.recipe.from_dict`)."""
         if isinstance(data, ModelConfig):
-            return data
+            return data.resolved(prefix)
         try:
-            return cls.model_validate(data)
+            config = cls.model_validate(data)
         except pydantic.ValidationError as error:
             problems = [p for item in error.errors() for p in rule_problems(item, prefix) or []]
             if not problems:
                 problems = pydantic_problems(error, prefix, cls)
-            raise ConfigError(problems) from None
+            problems += registry_problems(data, problems, prefix)
+            raise ConfigError(dict.fromkeys(problems)) from None
+        return config.resolved(prefix)
+
+
+def registry_problems(data: Any, known: list[Problem], prefix: str = "model") -> list[Problem]:
+    """The registry's problems with a model section that has ``known`` problems of its own
+    (located under ``prefix``): checked with each field that has one at its default, so that
+    one error lists both kinds; none where what is left is no model section."""
+    if not isinstance(data, dict):
+        return []
+    faulty = {p.path[len(prefix) + 1:].split(".")[0] for p in known
+              if p.path.startswith(prefix + ".")}
+    try:
+        rest = ModelConfig.model_validate({k: v for k, v in data.items() if k not in faulty},
+                                          context={"fields_only": True})
+        rest.resolved(prefix)
+    except pydantic.ValidationError:
+        return []
+    except ConfigError as error:
+        return error.problems
+    return []

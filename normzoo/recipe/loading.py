@@ -3,10 +3,12 @@ problem reported at once under its key path (and a close-match suggestion for an
 
 The flow: a YAML file (:mod:`~normzoo.recipe.reading`) with its bases merged in
 (:mod:`~normzoo.recipe.bases`) -> overrides
-(:mod:`~normzoo.recipe.overrides`) -> :func:`from_dict` -> the schema, whose validators include
-the registry check of the model section. pydantic stops checking a section's cross-field rules
-once one of its fields is invalid; :func:`from_dict` therefore drops the invalid keys and
-validates what is left again (their defaults stand in), so that one error lists every problem.
+(:mod:`~normzoo.recipe.overrides`) -> :func:`from_dict` -> the schema -> the registry check of
+the model section (:meth:`~normzoo.models.config.ModelConfig.resolved`), which returns a new
+recipe whose model carries its options as the plugins read them. pydantic stops checking a
+section's cross-field rules once one of its fields is invalid; :func:`from_dict` therefore
+drops the invalid keys and validates what is left again (their defaults stand in), and checks
+the registry on what is left, so that one error lists every problem.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import pydantic
 
 from normzoo.errors import ConfigError, Problem
+from normzoo.models.config import registry_problems
 from normzoo.recipe.bases import BASE_KEY, read_recipe_with_bases
 from normzoo.recipe.optim import schedule_problems
 from normzoo.recipe.overrides import apply_overrides
@@ -107,8 +110,7 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root + ".") for root in roots)
 
 
-def _validate(data: dict[str, Any], context: dict[str, Any]
-              ) -> tuple[Recipe | None, list[Problem], dict[str, Any]]:
+def _validate(data: dict[str, Any]) -> tuple[Recipe | None, list[Problem], dict[str, Any]]:
     """Validate ``data``; on failure, keep validating what is left once the bad keys are
     dropped. Returns the recipe (None if invalid), every problem and what was left of ``data``.
     """
@@ -117,7 +119,7 @@ def _validate(data: dict[str, Any], context: dict[str, Any]
     dropped: list[str] = []
     for _ in range(100):  # each round drops at least one key
         try:
-            recipe = Recipe.model_validate(data, context=context)
+            recipe = Recipe.model_validate(data)
             return (None if problems else recipe), problems, data
         except pydantic.ValidationError as error:
             for problem in _problems(error, data):
@@ -211,11 +213,19 @@ def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:
     known, found = _prechecked({k: v for k, v in data.items() if k in Recipe.model_fields})
     problems += found
     _fill_family(known)
-    recipe, found, left = _validate(known, {"registry": check_registry})
+    recipe, found, left = _validate(known)
     problems += [p for p in found if p not in problems]
     if recipe is None:
         # The recipe-wide rules are skipped by pydantic while a section has problems.
         problems += [p for p in _left_section_problems(left) if p not in problems]
+        if check_registry:
+            found = registry_problems(_section(left, "model"), problems)
+            problems += [p for p in found if p not in problems]
+    elif check_registry:
+        try:
+            recipe = recipe.model_copy(update={"model": recipe.model.resolved()})
+        except ConfigError as error:
+            problems += error.problems
     if problems:
         raise ConfigError(problems, "invalid recipe")
     assert recipe is not None
