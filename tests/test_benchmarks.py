@@ -111,3 +111,20 @@ def test_scheme_cost_times_each_scheme_against_pre_ln(tmp_path: Path):
     for figures in data["schemes"].values():
         assert all(positive(ms) for ms in figures["ms_per_step"]) and figures["params"] > 0
     assert "| HC (n = 4) |" in text and "/ Pre-LN" in text and "CPU:" in text
+
+
+def test_step_profile_splits_a_step_by_phase_and_category(tmp_path: Path):
+    quickstart = BENCHMARKS.parent / "recipes" / "quickstart.yaml"
+    text, data = run("step_profile.py", tmp_path / "profile.md", "--steps", "1", "--recipe",
+                     str(quickstart), "model.encoder_layers=1", "model.decoder_layers=1",
+                     "data.max_tokens=256")
+    assert set(data["results"]) == {"fp32", "bf16"}
+    for result in data["results"].values():
+        phases = result["phases"]
+        assert set(phases) == {"forward", "backward", "optimizer"}
+        assert all(positive(phases[p]["matrix products"]) for p in ("forward", "backward"))
+        assert positive(phases["optimizer"]["optimizer kernels"])
+        total = sum(sum(c.values()) for c in phases.values())
+        assert math.isclose(total, result["step_ms"], rel_tol=1e-9)
+        assert sum(op["ms"] for op in result["ops"]) == pytest.approx(total)
+    assert "| matrix products |" in text and "AMX:" in text and "--recipe" in text
