@@ -5,6 +5,7 @@
     python tests/crash.py enospc N normzoo-args...  # the disk is full at the N-th step-*.ckpt write
     python tests/crash.py pause N  normzoo-args...  # at step N write ./paused, wait for ./go
     python tests/crash.py TERM N   normzoo-args...  # SIGTERM (or USR1, ...) as step N starts
+    python tests/crash.py test INT normzoo-args...  # SIGINT (or TERM, ...) in the final test
 
 SIGKILL gives the process no chance to clean up: whatever is on disk at that moment is what a
 resume has to cope with. Used by tests/test_resume.py.
@@ -104,11 +105,26 @@ def disk_full_at_step_checkpoint(nth: int) -> None:
     atomic.os = SimpleNamespace(**{**vars(os), "fsync": fsync_or_full})
 
 
+def signal_in_final_test(signum: int) -> None:
+    """Send ``signum`` to this process as the final test decodes the test split (after fit)."""
+    from normzoo.run import final_test
+
+    score = final_test._score_test
+
+    def signal_then_score(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        return score(*args, **kwargs)
+
+    final_test._score_test = signal_then_score
+
+
 if __name__ == "__main__":
     mode, at, *args = sys.argv[1:]
     modes = {"step": kill_before_step, "write": kill_inside_checkpoint_write,
              "enospc": disk_full_at_step_checkpoint, "pause": pause_at_step}
-    if mode in modes:
+    if mode == "test":
+        signal_in_final_test(signal.Signals[f"SIG{at}"])
+    elif mode in modes:
         modes[mode](int(at))
     else:
         kill_before_step(int(at), signal.Signals[f"SIG{mode}"])

@@ -111,6 +111,55 @@ def test_a_second_ctrl_c_stops_at_once(workdir: Path):
     assert not (workdir / "R" / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_in_the_final_test_says_how_to_run_the_test_alone(tmp_path: Path, signum: int):
+    """Training is over and saved when the final test starts: a stop signal there ends the
+    process at once (exit 128 + signal) with one line saying so and the command that runs the
+    test alone, and ``summary.json`` records it; that command trains nothing and completes."""
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny(
+        trainer={"max_steps": 2, "keep_checkpoints": 1, "save_top_k": 1})))
+    name = signal.Signals(signum).name
+    process = start(["train", "t.yaml", "run.dir=R"], tmp_path, ["test", name.removeprefix("SIG")])
+    try:
+        code = process.wait(timeout=240)
+    finally:
+        process.kill()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert code == 128 + signum, stderr
+    assert "Traceback" not in stderr
+    command = "normzoo train t.yaml --resume auto run.dir=R"
+    assert (f"error: training finished at step 2 (saved R/checkpoints/last.ckpt), but {name} "
+            f"stopped the final test; run the test alone with: {command}") in stderr
+    run = tmp_path / "R"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "preempted" and summary["signal"] == name
+    assert summary["during"] == "final test" and summary["resume"] == command
+    assert summary["steps"] == 2 and "test" not in summary
+    last = (run / "checkpoints" / "last.ckpt").read_bytes()
+    trained = [(r["step"], r["train/loss"]) for r in rows(run) if r.get("train/loss")]
+
+    resumed = subprocess.run([sys.executable, "-m", *command.split()], cwd=tmp_path,
+                             env=environment(tmp_path / "cache"), text=True,
+                             capture_output=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from R/checkpoints/last.ckpt (step 2)" in resumed.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 2
+    assert "bleu" in summary["test"] and summary["validation"]["val/loss"] > 0
+    # Only the test ran: no step trained, no checkpoint rewritten.
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == last
+    assert [(r["step"], r["train/loss"]) for r in rows(run) if r.get("train/loss")] == trained
+    assert [r["test/bleu"] for r in rows(run) if r.get("test/bleu")] == [
+        str(summary["test"]["bleu"])]
+
+
+def rows(run: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(run / "logs" / "csv" / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def test_a_diverged_run_records_the_step_and_the_reason(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))

@@ -115,3 +115,52 @@ def test_a_run_in_its_recorded_folder_is_left_as_it_is(tmp_path: Path, folder: s
     callback = ModelCheckpoint(dirpath=tmp_path, monitor="val/loss")
     state = _state(callback.dirpath, 1) if folder == "same" else {"best_model_path": ""}
     assert relocated_state(state, callback) == (state, [])
+
+
+def test_a_copied_run_goes_on_with_one_best_checkpoint_the_true_best(tmp_path: Path):
+    """``cp -r`` of a run folder, then ``normzoo train --resume auto run.dir=COPY`` with more
+    steps: the copy keeps exactly one ``best-*.ckpt``, that of the lowest validation loss of
+    its whole history (the old steps' and the new), and the original is left as it was. (Before
+    the copy's best state was relocated, the first validation after the resume wrote a second
+    ``best-5.ckpt``, worse than the copied ``best-4.ckpt``.)"""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    # A learning rate at which the validation loss rises after step 4.
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(tiny(
+        optim={"lr": 0.2, "warmup_steps": 1},
+        trainer={"max_steps": 4, "val_every_steps": 1, "keep_checkpoints": 1, "save_top_k": 1,
+                 "loggers": ["csv"]})))
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+
+    def train(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "normzoo", "train", "t.yaml", *args],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    first = train("run.dir=old")
+    assert first.returncode == 0, first.stderr
+    def files(run: Path) -> dict[Path, bytes]:
+        return {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    original = files(tmp_path / "old")
+    shutil.copytree(tmp_path / "old", tmp_path / "copy")
+    resumed = train("--resume", "auto", "run.dir=copy", "trainer.max_steps=6")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "warning" not in resumed.stderr and "Traceback" not in resumed.stderr
+
+    folder = tmp_path / "copy" / "checkpoints"
+    with open(tmp_path / "copy" / "logs" / "csv" / "metrics.csv", newline="") as f:
+        # A validation after N steps is logged at index N - 1.
+        scores = {int(r["step"]) + 1: float(r["val/loss"]) for r in csv.DictReader(f)
+                  if r.get("val/loss")}
+    assert sorted(scores) == [1, 2, 3, 4, 5, 6]
+    true_best = min(scores, key=scores.__getitem__)
+    assert sorted(p.name for p in folder.glob("best-*.ckpt")) == [f"best-{true_best}.ckpt"]
+    summary = yaml.safe_load((tmp_path / "copy" / "summary.json").read_text())
+    assert Path(summary["best_checkpoint"]) == folder.resolve() / f"best-{true_best}.ckpt"
+    assert files(tmp_path / "old") == original

@@ -132,6 +132,25 @@ def test_two_crashes_in_a_row_with_worker_processes(workdir, uninterrupted):
     assert not (workdir / "runs" / "twice" / "logs" / "csv" / "metrics.before-resume.csv").exists()
 
 
+def test_the_first_loss_a_resumed_run_logs_averages_the_whole_window(workdir):
+    """``train/loss`` is the token mean of every step since it was last written: logged every
+    3 steps here, the checkpoint at step 20 falls inside a window (indices 18, 19 | 20). The
+    run resumed from it logs at index 20 the mean of the same three steps as an uninterrupted
+    run, not of index 20 alone: the window is in the checkpoint."""
+    (workdir / "every3.yaml").write_text(yaml.safe_dump(
+        {**RECIPE, "trainer": {**RECIPE["trainer"], "log_every_steps": 3}}))
+    whole = normzoo(["train", "every3.yaml", "run.dir=runs/every3-whole"], workdir)
+    assert whole.returncode == 0, whole.stderr
+    args = ["train", "every3.yaml", "run.dir=runs/every3-killed"]
+    assert normzoo(args, workdir, ["step", "23"]).returncode == -signal.SIGKILL
+    resumed = normzoo([*args, "--resume", "auto"], workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "(step 20)" in resumed.stderr
+    expected = losses(workdir / "runs" / "every3-whole")
+    assert sorted(expected) == list(range(2, 30, 3))
+    assert losses(workdir / "runs" / "every3-killed") == expected
+
+
 def test_sigkill_inside_a_checkpoint_write_then_resume(workdir, uninterrupted):
     # Each validation writes best-N (when the loss improved), then step-N, then links last to
     # step-N: the 6th write is step-15, after best-15 is complete and while last is at 10.

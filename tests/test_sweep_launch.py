@@ -186,6 +186,41 @@ def test_a_failed_cell_is_reported_after_the_others_finish(tmp_path: Path):
     assert len(finished) == 2  # the second cell still ran to the end
 
 
+def test_a_cell_that_fails_in_one_sweep_and_finishes_in_another_keeps_no_failure(
+        tmp_path: Path):
+    """A second sweep over a cell that a first is still training fails it (its run directory
+    is in use) and records ``failed.json``; once the first sweep finishes the cell, that
+    record is gone and the cell reads as finished."""
+    import time
+
+    command, env, out = _two_seed_sweep(tmp_path, max_steps=2, val_every_steps=2)
+    command = [c for c in command if c not in ("--jobs", "2", "seed=1,2")]
+    command.insert(command.index("--set") + 1, "seed=1")
+    # The first sweep stands still at step 1 (tests/crash.py pause) until ./go appears.
+    first = subprocess.Popen([sys.executable, str(Path(__file__).parent / "crash.py"), "pause",
+                              "1", *command[3:]], cwd=tmp_path, env=env, text=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "paused").is_file():
+            assert first.poll() is None, first.communicate()[1]
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+        second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+        assert second.returncode == 2, second.stderr
+        assert "seed-1: run directory" in second.stderr and "is in use by process" in \
+            second.stderr
+        assert (out / "seed-1" / "failed.json").is_file()
+        (tmp_path / "go").touch()
+        _, stderr = first.communicate(timeout=240)
+    finally:
+        first.kill()
+    assert first.returncode == 0, stderr
+    assert (out / "seed-1" / "cell.json").is_file()
+    assert not (out / "seed-1" / "failed.json").exists()
+    assert "| 1 | ok |" in (out / "results.md").read_text()
+
+
 def _gpu_of_each_cell(tmp_path: Path, cells: int, jobs: int) -> dict[str, str]:
     """Run ``cells`` cells as local jobs, ``jobs`` at a time; each writes the
     ``CUDA_VISIBLE_DEVICES`` its run sees (the GPU it would train on), then, after a space,

@@ -95,6 +95,22 @@ def trim_history(rows: list[dict[str, str]], resumed_step: int) -> list[dict[str
     return list(kept.values())
 
 
+def last_validation(path: Path) -> dict[str, float]:
+    """The ``val/*`` metrics of the last validation logged in ``path`` (empty if none): what a
+    run resumed at its last step, which validates nothing, reports as its validation."""
+    rows = read_metrics(path)
+    found: dict[str, float] = {}
+    step = None
+    for row in reversed(rows):
+        values = {k: float(v) for k, v in row.items() if k.startswith("val/") and v}
+        if values and step in (None, _step(row)):
+            step = _step(row)
+            found = values | found
+        elif found and _step(row) != step:
+            break
+    return found
+
+
 def resume_history(metrics_file: Path, resumed_step: int) -> int:
     """Settle ``metrics_file`` for a run resuming at ``resumed_step``, before its logger starts:
     the earlier rows before that step, written atomically; return how many.

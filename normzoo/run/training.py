@@ -35,11 +35,11 @@ from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import prepare_run_dir, refuse_existing_run, run_directory
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.hardware import describe
-from normzoo.run.history import resume_history
+from normzoo.run.history import last_validation, resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.lock import RunLock
 from normzoo.run.precision import training_precision
-from normzoo.run.preemption import Preempted
+from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
 from normzoo.run.resume import (
     prepare_resume,
     refuse_missing_run,
@@ -150,8 +150,11 @@ class TrainingRun:
             # last.ckpt is written at each validation, and a run that reaches max_steps
             # validates there (ValidateAtMaxSteps); one stopped otherwise (max_epochs) gets its
             # final state here. Only then: a state saved after fit ended resumes one logged
-            # step off.
-            if self.callbacks.rolling.saved_step != self.trainer.global_step:
+            # step off. A run resumed at its end (its test was stopped) trained nothing: its
+            # checkpoint stays as it was.
+            step = self.trainer.global_step
+            if step != self.callbacks.rolling.saved_step and (self.ckpt_path is None
+                                                              or step != self.resumed_step):
                 self.trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt",
                                              weights_only=False)
 
@@ -159,15 +162,18 @@ class TrainingRun:
         """The best checkpoint's scores (validation and test) and what else the completed
         summary records; empty on ranks other than 0. A language model's validation and test
         are collective (every rank takes part) and count in ``train_wall_s``; translation's
-        decoding is rank 0's alone and does not."""
+        decoding is rank 0's alone and does not. A stop signal ends the test at once
+        (:meth:`_test_stopped`)."""
         trainer, recipe = self.trainer, self.recipe
-        with self._recording_failures():
+        with self._recording_failures(), self._test_stopped():
             if recipe.task == "translation":
                 self.trained = time.perf_counter()
                 if not trainer.is_global_zero:
                     return {}
+                # A run resumed at its end (its test was stopped) validated nothing here.
                 validation = {k: float(v) for k, v in trainer.callback_metrics.items()
-                              if k.startswith("val/")}
+                              if k.startswith("val/")} or last_validation(
+                                  self.run_dir / "logs" / "csv" / "metrics.csv")
                 test = test_translation(recipe, self.task, self.data, trainer)
             else:
                 validation, test = test_language_model(recipe, self.task, self.data, trainer)
@@ -283,6 +289,29 @@ class TrainingRun:
         note = f"; {stop.requeue_note}" if stop.requeue_note else ""
         return Preempted(f"stopped by {name} at step {self.trainer.global_step}: saved "
                          f"{stop.saved_path}{note}; continue with: {command}", stop.agreed)
+
+    @contextlib.contextmanager
+    def _test_stopped(self):
+        """SIGTERM, SIGUSR1 or Ctrl-C during the final test: training is over and saved, so
+        ``--resume auto`` runs the test alone (a SLURM job requeued by SIGUSR1 does so by
+        itself). Recorded as pre-empted, with that command, and said so in the error that
+        ends the process (exit 128 + signal)."""
+        try:
+            with stop_signals_raise():
+                yield
+        except StopSignal as stop:
+            name = signal.Signals(stop.signum).name
+            command = resume_command(self.recipe_path, self.run_dir, self.overrides)
+            saved = self.run_dir / "checkpoints" / "last.ckpt"
+            note = requeue_note(stop.signum, self.recipe.trainer.slurm_requeue,
+                                self.trainer.is_global_zero)
+            self.write_summary("preempted", signal=name, during="final test",
+                               checkpoint=str(saved), resume=command,
+                               **({"requeue": note} if note else {}))
+            raise Preempted(f"training finished at step {self.trainer.global_step} (saved "
+                            f"{saved}), but {name} stopped the final test"
+                            f"{'; ' + note if note else ''}; run the test alone with: {command}",
+                            stop.signum) from None
 
     @contextlib.contextmanager
     def _recording_failures(self):

@@ -72,6 +72,8 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
 
         row = {"cell": name, **cell, "status": "failed", "stopped": f"failed: {error}",
                "exit_code": error.exit_code if isinstance(error, NormzooError) else 1}
+        if record.is_file():  # finished meanwhile by another sweep, which held it (in use)
+            return json.loads(record.read_text(encoding="utf-8"))
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / FAILED, json.dumps(row, indent=2), "sweep failure record")
         return row
@@ -112,6 +114,9 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
 
         diagnose_run(run_dir)
     atomic_write_text(record, json.dumps(row, indent=2), "sweep cell record")
+    # A failure recorded while this try ran goes too: that of a second sweep that found the
+    # cell's run directory in use by this one (the unlink before this try came too early).
+    (run_dir / FAILED).unlink(missing_ok=True)
     return row
 
 

@@ -224,7 +224,9 @@ class NormzooTask(L.LightningModule):
             "recipe": self.recipe.to_dict(),
             "tokenizer": self.tokenizer_json,
             "plugins": self.model.plugins,
-            "rng": self._rng_states(),
+            "rng": self._per_rank(rng.capture()),
+            # The loss window train/loss is the mean of: a resumed run logs the same value.
+            "loss_window": self._per_rank([t.detach().cpu() for t in self._interval]),
         }
         if (state := self.model.scheme.data_init_state(self.model)) is not None:
             checkpoint["normzoo"]["data_init"] = state
@@ -237,6 +239,9 @@ class NormzooTask(L.LightningModule):
         # Restored when training starts, before the next batch is fetched: its collation may
         # draw (MLM masks), and Lightning draws nothing between then and the next step.
         self._pending_rng = states[rank] if rank < len(states) else None
+        windows = saved.get("loss_window") or []
+        if rank < len(windows):
+            self._interval = (windows[rank][0].float(), windows[rank][1].long())
         # A checkpoint from before the parameter groups were named: loading it would drop the
         # names, and the learning rates would be logged under other keys.
         for optimizer in checkpoint.get("optimizer_states", []):
@@ -248,9 +253,9 @@ class NormzooTask(L.LightningModule):
             rng.restore(self._pending_rng)
             self._pending_rng = None
 
-    def _rng_states(self) -> list[dict[str, Any]]:
-        """Every process's generator states (all ranks save; rank 0 writes the file)."""
-        state = rng.capture()
+    def _per_rank(self, state: Any) -> list[Any]:
+        """Every process's ``state`` (generator states, loss window), in rank order: all ranks
+        save, rank 0 writes the file."""
         if self._trainer is None or self.trainer.world_size == 1:
             return [state]
         gathered: list[Any] = [None] * self.trainer.world_size
