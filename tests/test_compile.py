@@ -41,3 +41,31 @@ def test_the_compiled_model_computes_what_the_eager_one_does():
         batch = {"src": src, "tgt_in": tgt}
         torch.testing.assert_close(compiled.logits(batch), eager.logits(batch),
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("task_name", ["translation", "mlm", "causal_lm"])
+def test_the_model_and_its_loss_trace_as_one_graph(task_name: str):
+    """No graph break between the embeddings and the loss: each break splits the compiled
+    step and adds guards. The padding mask the stacks publish for masked norms once broke the
+    graph at every layer (a ContextVar, which TorchDynamo cannot trace). Masked BatchNorm
+    still breaks it where it counts the real tokens of a batch (a number the graph depends on)."""
+    import torch._dynamo
+
+    from normzoo.tasks import task_class
+
+    small = {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1}
+    model = {"translation": RECIPE["model"],
+             "mlm": {**small, "encoder_layers": 2, "norm": "rmsnorm"},
+             "causal_lm": {**small, "decoder_layers": 2, "positions": "rope",
+                           "norm": "rmsnorm"}}[task_name]
+    recipe = from_dict({"task": task_name, "model": model})
+    torch.manual_seed(0)
+    current = task_class(task_name)(recipe, 50).train()
+    tokens = torch.randint(4, 50, (3, 8))
+    tokens[0, 6:] = 0  # padding
+    labels = torch.where(tokens > 0, tokens, -100)
+    batch = ({"src": tokens, "tgt_in": tokens[:, :-1], "tgt_out": tokens[:, 1:]}
+             if task_name == "translation" else {"tokens": tokens, "labels": labels})
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda b: current.loss_terms(b, 0.1).loss_sum)(batch)
+    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]

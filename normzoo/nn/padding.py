@@ -3,29 +3,35 @@
 Norm layers keep the plain ``(..., dim) -> (..., dim)`` contract, so a norm whose statistics
 must skip padding (masked BatchNorm) cannot take the mask as an argument. The stacks publish the
 mask here for the duration of their forward pass instead.
+
+The mask is held per thread (``threading.local``), not in a ``ContextVar``: TorchDynamo traces
+an attribute of a thread-local object, but breaks the graph at every ``ContextVar.set`` (one
+break per stack and per layer under ``trainer.compile``, which made the compiled step slower
+than the eager one).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 import torch
 
-_padding_mask: ContextVar[torch.Tensor | None] = ContextVar("normzoo_padding_mask", default=None)
+_published = threading.local()  # .mask: this thread's published mask, if any
 
 
 @contextmanager
 def padding_mask_context(mask: torch.Tensor | None) -> Iterator[None]:
     """Publish ``mask`` (bool ``[batch, time]``, True = padding) while the block runs."""
-    token = _padding_mask.set(mask)
+    outer = getattr(_published, "mask", None)  # a stack inside a stack restores the outer one
+    _published.mask = mask
     try:
         yield
     finally:
-        _padding_mask.reset(token)
+        _published.mask = outer
 
 
 def current_padding_mask() -> torch.Tensor | None:
     """The mask published by the enclosing stack, or None outside one."""
-    return _padding_mask.get()
+    return getattr(_published, "mask", None)
