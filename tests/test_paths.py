@@ -4,6 +4,7 @@ not there."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -124,3 +125,41 @@ def test_resolving_leaves_hub_names_and_unset_paths_alone(tmp_path: Path,
     monkeypatch.setenv("HOME", str(tmp_path))
     assert run_directory(from_dict(tiny(run={"dir": "~/r"})), "x.yaml") == tmp_path / "r"
     assert run_directory(from_dict(tiny(run={"dir": "r"})), "x.yaml") == Path("r")
+
+
+def test_the_run_directory_is_stored_resolved_so_its_recipe_resumes_it_from_anywhere(
+        tmp_path: Path):
+    """``recipe.yaml`` stores ``run.dir`` absolute, as it stores ``data.dir`` (once typed
+    relative and stored so, the run's own recipe named another folder from anywhere else), and
+    the default run directory too; the command line still shows the folder as typed."""
+    import os
+    import subprocess
+    import sys
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    corpus(project / "corpus")
+    elsewhere.mkdir()
+    recipe_file(project)
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+
+    def normzoo(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "normzoo", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    typed = normzoo(project, "train", "tiny.yaml", "run.dir=run")
+    assert typed.stdout.splitlines()[-1] == "run directory: run"
+    normzoo(project, "train", "tiny.yaml")  # runs/tiny, the default
+    for run in (project / "run", project / "runs" / "tiny"):
+        saved = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
+        assert saved["run"]["dir"] == str(run)
+        assert saved["data"]["dir"] == str(project / "corpus")
+
+    resumed = normzoo(elsewhere, "train", "../project/run/recipe.yaml", "--resume", "auto",
+                      "trainer.max_steps=2")
+    assert "resume: trainer.max_steps 1 -> 2" in resumed.stderr
+    assert "resume: run.dir" not in resumed.stderr  # the same folder, named the same way
+    summary = json.loads((project / "run" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["status"] == "completed" and summary["steps"] == 2
+    assert not (elsewhere / "run").exists()

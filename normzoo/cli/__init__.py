@@ -9,6 +9,7 @@ set. Commands import heavy modules (torch, Lightning) inside their bodies, so
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import sys
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from normzoo.cli import (
     translate,
 )
 from normzoo.cli import list as listing
+from normzoo.cli.ending import Ending
 from normzoo.cli.help import ReadableCommand, ReadableGroup
 from normzoo.errors import NormzooError
 
@@ -87,10 +89,22 @@ def _debug_in_argv(argv: Sequence[str]) -> bool:
 
 def main() -> None:
     """Console-script entry point."""
+    # Called by a program's top level (the console script, python -m normzoo, cli.py), main
+    # ends the process: then a stop signal once the command's work is done is its Ending's, to
+    # the process's last moment. Called from other code (a test), it leaves the signal handlers
+    # as it found them.
+    ending = Ending(owned=sys._getframe(1).f_globals.get("__name__") == "__main__")
+    if ending.owned:
+        atexit.register(ending.ignore_signals)  # registered first, so run last of the hooks
     try:
-        app()
+        app(obj=ending)
     except NormzooError as error:  # raised outside a command's own handling
         if _debug_in_argv(sys.argv[1:]):
             raise
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         sys.exit(error.exit_code)
+    except SystemExit as exit_:  # how the app always ends: the command has returned
+        code = exit_.code
+        if ending.owned:
+            ending.exiting(code if isinstance(code, int) else 0 if code is None else 1)
+        raise

@@ -1,5 +1,5 @@
-"""What every command shares: the guard that turns a user's mistake into a one-line message, and
-the small checks several commands make on their inputs and outputs.
+"""What every command shares: the guard that turns a user's mistake (or a Ctrl-C) into a one-line
+message, and the small checks several commands make on their inputs and outputs.
 
 Kept apart from the command modules so that each of those holds one command and nothing else;
 like them, it imports only typer and the standard library at module level (plus the light
@@ -15,12 +15,8 @@ from pathlib import Path
 
 import typer
 
+from normzoo.cli.ending import Terminated, get_current_context, interrupted, sigterm_raises
 from normzoo.errors import NormzooError
-
-try:  # recent typer releases carry their own copy of click, with its own context stack
-    from typer._click.globals import get_current_context
-except ImportError:  # older ones run on click itself
-    from click import get_current_context
 
 OVERRIDES_HELP = "key=value settings applied on top of the recipe, e.g. optim.lr=3e-4"
 
@@ -39,16 +35,20 @@ def debug_requested() -> bool:
 
 
 def user_errors(command: Callable[..., None]) -> Callable[..., None]:
-    """Run ``command``, turning a user mistake into a message and exit code 2, no traceback."""
+    """Run ``command``, turning a user mistake into a message and exit code 2, no traceback;
+    and a Ctrl-C or SIGTERM into one line saying what was stopped (:func:`interrupted`)."""
 
     @functools.wraps(command)
     def guarded(*args, **kwargs) -> None:
         try:
-            command(*args, **kwargs)
+            with sigterm_raises():
+                command(*args, **kwargs)
         except NormzooError as error:
             if debug_requested():
                 raise
             raise fail(error) from None
+        except (KeyboardInterrupt, Terminated) as stop:
+            raise interrupted(command.__name__, stop) from None
 
     return guarded
 

@@ -6,7 +6,8 @@ point somewhere else (or nowhere), and ``~`` means nothing to Python's file func
 recipe loaded for training gets its paths resolved (:func:`resolve_paths`) before anything
 stores it; ``--data-dir`` re-points a moved corpus later.
 
-A tokenizer file (``data.tokenizer.path``) is resolved as ``data.dir`` is, relative to the
+A tokenizer file (``data.tokenizer.path``) and the run directory (``run.dir``: a run's own
+``recipe.yaml`` resumes it from anywhere) are resolved as ``data.dir`` is, relative to the
 folder ``normzoo`` runs in (a recipe's ``base`` files, by contrast, are relative to the recipe
 that names them: they are part of the recipe, not of the run's inputs).
 
@@ -38,8 +39,8 @@ def _hub_folder(path: str) -> bool:
 
 def resolve_paths(recipe: Recipe) -> Recipe:
     """``recipe`` with ``data.dir``, a local ``data.path``, a tokenizer file
-    (``data.tokenizer.path``) and ``init.from`` resolved (:func:`local_path`); the same recipe
-    when there is nothing to resolve."""
+    (``data.tokenizer.path``), ``init.from`` and ``run.dir`` resolved (:func:`local_path`);
+    the same recipe when there is nothing to resolve."""
     data, changes = recipe.data, {}
     if data.dir:
         changes["dir"] = local_path(data.dir)
@@ -55,6 +56,8 @@ def resolve_paths(recipe: Recipe) -> Recipe:
     init = recipe.init.checkpoint
     if init and local_path(init) != init:
         update["init"] = recipe.init.model_copy(update={"from": local_path(init)})
+    if recipe.run.dir and local_path(recipe.run.dir) != recipe.run.dir:
+        update["run"] = recipe.run.model_copy(update={"dir": local_path(recipe.run.dir)})
     return recipe.model_copy(update=update) if update else recipe
 
 

@@ -24,6 +24,9 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 # fit stopped at max_steps, which the bar already shows (printed while the bar is still open, it
 # lands on the bar's line).
 _ADVERTISEMENTS = ("💡 Tip:", "`Trainer.fit` stopped: `max_steps=")
+# And its line on a Ctrl-C it catches (before training starts; after, the run's own stop has
+# it): normzoo train says what was stopped and what to do instead (normzoo.cli.train).
+_SAID_BY_NORMZOO = ("\nDetected KeyboardInterrupt, attempting graceful shutdown",)
 # Warnings raised inside Lightning about its own use of torch, which a user cannot act on; and
 # the two it raises on every resume, which are wrong for a normzoo run directory: the checkpoints
 # directory is expected to hold the run's checkpoints, and the CSV log that Lightning "will
@@ -35,7 +38,7 @@ _INTERNAL_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",
 
 class _DropAdvertisements(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith(_ADVERTISEMENTS)
+        return not str(record.getMessage()).startswith(_ADVERTISEMENTS + _SAID_BY_NORMZOO)
 
 
 def quiet_libraries() -> None:

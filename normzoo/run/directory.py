@@ -13,6 +13,8 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -26,11 +28,28 @@ class RunDirectoryExists(NormzooError):
 
 
 def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
-    """``run.dir`` (``~`` expanded, else as typed: relative to where ``normzoo train`` runs,
-    as the resume hint repeats it), or ``runs/<recipe's stem>``."""
+    """``run.dir`` (``~`` expanded), or ``runs/<recipe's stem>``. A run stores ``run.dir``
+    absolute (:func:`~normzoo.recipe.paths.resolve_paths`, as it stores ``data.dir``), so that its
+    ``recipe.yaml`` names its own folder from anywhere; inside the folder ``normzoo`` runs in,
+    it is shown relative to it again, as it was most likely typed and as the resume hint
+    repeats it."""
+    if not recipe.run.dir:
+        return Path("runs") / Path(recipe_path).stem
+    path = Path(recipe.run.dir).expanduser()
+    if recipe.run.dir.startswith(os.sep):  # absolute as written, not by ~
+        with contextlib.suppress(OSError, ValueError):  # no current folder; outside it
+            return path.relative_to(Path.cwd())
+    return path
+
+
+def with_run_dir(recipe: Recipe, recipe_path: str | Path) -> Recipe:
+    """``recipe`` with ``run.dir`` set where unset (to the default, ``runs/<recipe's stem>``):
+    the run's ``recipe.yaml`` then names its folder, as ``--resume auto`` with that file as
+    the recipe needs (its stem is no longer the original recipe's)."""
     if recipe.run.dir:
-        return Path(recipe.run.dir).expanduser()
-    return Path("runs") / Path(recipe_path).stem
+        return recipe
+    run = recipe.run.model_copy(update={"dir": str(run_directory(recipe, recipe_path))})
+    return recipe.model_copy(update={"run": run})
 
 
 def _contents(run_dir: Path) -> list[Path]:

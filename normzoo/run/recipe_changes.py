@@ -82,11 +82,10 @@ def _leaves(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _their_paths(theirs: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint's recipe with its paths resolved as this run's are (a checkpoint written
     before normzoo resolved them holds them as typed, relative to where it ran)."""
-    data, init = theirs.get("data"), theirs.get("init")
-    if isinstance(data, dict) and isinstance(data.get("dir"), str) and data["dir"]:
-        theirs = {**theirs, "data": {**data, "dir": local_path(data["dir"])}}
-    if isinstance(init, dict) and isinstance(init.get("from"), str) and init["from"]:
-        theirs = {**theirs, "init": {**init, "from": local_path(init["from"])}}
+    for section, key in (("data", "dir"), ("init", "from"), ("run", "dir")):
+        part = theirs.get(section)
+        if isinstance(part, dict) and isinstance(part.get(key), str) and part[key]:
+            theirs = {**theirs, section: {**part, key: local_path(part[key])}}
     return theirs
 
 
