@@ -15,8 +15,9 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.ending import Terminated, get_current_context, interrupted, sigterm_raises
+from normzoo.cli.ending import get_current_context, interrupted, sigterm_raises
 from normzoo.errors import NormzooError
+from normzoo.signals import StopSignal
 
 OVERRIDES_HELP = "key=value settings applied on top of the recipe, e.g. optim.lr=3e-4"
 
@@ -47,7 +48,7 @@ def user_errors(command: Callable[..., None]) -> Callable[..., None]:
             if debug_requested():
                 raise
             raise fail(error) from None
-        except (KeyboardInterrupt, Terminated) as stop:
+        except (KeyboardInterrupt, StopSignal) as stop:
             raise interrupted(command.__name__, stop) from None
 
     return guarded

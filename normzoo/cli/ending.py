@@ -1,6 +1,7 @@
 """How a command ends when a stop signal comes: Ctrl-C (SIGINT) or SIGTERM.
 
-While a command works, Ctrl-C raises KeyboardInterrupt and SIGTERM :class:`Terminated`
+While a command works, Ctrl-C raises KeyboardInterrupt and SIGTERM
+:class:`~normzoo.signals.StopSignal`
 (:func:`sigterm_raises`), so that ``finally`` blocks clean up on the way out, and the guard in
 :mod:`normzoo.cli.common` prints :func:`interrupted`'s line (what was stopped, what it leaves,
 what to do next) and exits 128 + the signal (130, 143). Every file normzoo writes is whole or
@@ -30,6 +31,8 @@ from typing import Any, NoReturn
 
 import typer
 
+from normzoo.signals import signals_raise
+
 try:  # recent typer releases carry their own copy of click, with its own context stack
     from typer._click.globals import get_current_context
 except ImportError:  # older ones run on click itself
@@ -47,31 +50,13 @@ def _name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
-class Terminated(BaseException):
-    """SIGTERM (``kill``, a scheduler) raised as Ctrl-C raises KeyboardInterrupt: a
-    BaseException, so that no ``except Exception`` on the way swallows it."""
-
-    signum = signal.SIGTERM
-
-
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`Terminated` in this process, where it would end it
-    without a word (or a cleanup). Left alone where SIGTERM already has a handler or is ignored."""
-    if not _main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    """While inside, SIGTERM raises :class:`~normzoo.signals.StopSignal` in this process, where
+    it would end it without a word (or a cleanup). Left alone where SIGTERM already has a
+    handler or is ignored."""
+    with signals_raise((signal.SIGTERM,), only_unhandled=True):
         yield
-        return
-    pid = os.getpid()
-
-    def terminate(_signum: int, _frame: object) -> None:
-        if os.getpid() == pid:  # not in a data-loader worker forked with this handler
-            raise Terminated
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # What a command stopped by Ctrl-C or SIGTERM was doing, what it leaves, and what to do next.

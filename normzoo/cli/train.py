@@ -15,7 +15,8 @@ from typing import Any
 import typer
 
 from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
-from normzoo.cli.ending import Terminated, work_done
+from normzoo.cli.ending import work_done
+from normzoo.signals import StopSignal
 
 
 @user_errors
@@ -55,7 +56,7 @@ def train(
             if isinstance(ended.__context__, KeyboardInterrupt):
                 raise ended.__context__ from None
             raise
-    except (KeyboardInterrupt, Terminated) as stop:
+    except (KeyboardInterrupt, StopSignal) as stop:
         run_dir = run_directory(resolved, recipe)
         # Stopped as the run let go of its loggers and lock, after its summary said completed?
         summary = _completed(run_dir / "summary.json", started)

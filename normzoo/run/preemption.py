@@ -38,10 +38,10 @@ import os
 import re
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
 
 from normzoo.errors import NormzooError
+from normzoo.signals import signals_raise
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 REQUEUE_SIGNAL = signal.SIGUSR1
@@ -56,39 +56,13 @@ class Preempted(NormzooError):
         self.signum = signum
 
 
-class StopSignal(BaseException):
-    """A stop signal where no step is left to finish (the final test): raised at once by
-    :func:`stop_signals_raise`'s handler. A BaseException, as KeyboardInterrupt is, so that no
-    ``except Exception`` on the way swallows it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
-    """While inside, SIGTERM, SIGUSR1 and Ctrl-C raise :class:`StopSignal` in this process
-    (not in the data-loader workers it forks; an ignored SIGINT stays ignored), so that the
-    caller can say what was stopped and how to go on. The handlers before are restored."""
-    if threading.current_thread() is not threading.main_thread():
+    """While inside, SIGTERM, SIGUSR1 and Ctrl-C raise :class:`~normzoo.signals.StopSignal`
+    (:func:`~normzoo.signals.signals_raise`), so that the caller can say what was stopped and
+    how to go on: for a stretch of work with no step to finish (the final test)."""
+    with signals_raise(STOP_SIGNALS):
         yield
-        return
-    pid = os.getpid()
-
-    def stop(signum: int, _frame: object) -> None:
-        if os.getpid() == pid:
-            raise StopSignal(signum)
-
-    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    for signum, handler in before.items():
-        if signum != signal.SIGINT or handler is not signal.SIG_IGN:
-            signal.signal(signum, stop)
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def requeue_note(signum: int, enabled: bool, rank_zero: bool = True) -> str:

@@ -39,7 +39,7 @@ from normzoo.run.history import last_validation, resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.lock import RunLock
 from normzoo.run.precision import training_precision
-from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
+from normzoo.run.preemption import Preempted, requeue_note, stop_signals_raise
 from normzoo.run.resume import (
     prepare_resume,
     refuse_missing_run,
@@ -56,6 +56,7 @@ from normzoo.run.trainer import (
     machine_failures,
     stop_reason,
 )
+from normzoo.signals import StopSignal
 from normzoo.tasks import task_class
 from normzoo.tasks.datamodule import TextDataModule, show_progress
 
