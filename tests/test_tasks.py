@@ -236,10 +236,11 @@ def test_an_empty_run_directory_is_not_a_run(tmp_path: Path, monkeypatch: pytest
     empty = tmp_path / "empty"
     empty.mkdir()
     recipe = e2e_recipe(empty)
-    assert directory.prepare_run_dir(recipe, "x.yaml", force=False) == empty
+    assert directory.RunDirectory(recipe, "x.yaml", rank=0).path.resolve() == empty
+    assert directory.prepare_run_dir(empty, force=False) == empty
     # Without run.dir the directory is runs/<recipe file name>.
     plain = tiny("translation", {"source": "builtin"})
-    assert directory.prepare_run_dir(plain, "recipes/quick.yaml", force=False) == Path("runs/quick")
+    assert directory.RunDirectory(plain, "recipes/quick.yaml", rank=0).path == Path("runs/quick")
 
 
 def test_broken_data_fails_before_the_run_directory_is_created(tmp_path: Path):

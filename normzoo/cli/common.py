@@ -17,7 +17,7 @@ import typer
 
 from normzoo.cli.ending import get_current_context, interrupted, sigterm_raises
 from normzoo.errors import NormzooError
-from normzoo.signals import StopSignal
+from normzoo.run.preemption import StopSignal
 
 OVERRIDES_HELP = "key=value settings applied on top of the recipe, e.g. optim.lr=3e-4"
 

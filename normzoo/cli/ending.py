@@ -1,7 +1,7 @@
 """How a command ends when a stop signal comes: Ctrl-C (SIGINT) or SIGTERM.
 
 While a command works, Ctrl-C raises KeyboardInterrupt and SIGTERM
-:class:`~normzoo.signals.StopSignal`
+:class:`~normzoo.run.preemption.StopSignal`
 (:func:`sigterm_raises`), so that ``finally`` blocks clean up on the way out, and the guard in
 :mod:`normzoo.cli.common` prints :func:`interrupted`'s line (what was stopped, what it leaves,
 what to do next) and exits 128 + the signal (130, 143). Every file normzoo writes is whole or
@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from normzoo.signals import signals_raise
+from normzoo.run.preemption import signals_raise
 
 try:  # recent typer releases carry their own copy of click, with its own context stack
     from typer._click.globals import get_current_context
@@ -52,9 +52,9 @@ def _name(signum: int) -> str:
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`~normzoo.signals.StopSignal` in this process, where
-    it would end it without a word (or a cleanup). Left alone where SIGTERM already has a
-    handler or is ignored."""
+    """While inside, SIGTERM raises :class:`~normzoo.run.preemption.StopSignal` in this
+    process, where it would end it without a word (or a cleanup). Left alone where SIGTERM
+    already has a handler or is ignored."""
     with signals_raise((signal.SIGTERM,), only_unhandled=True):
         yield
 

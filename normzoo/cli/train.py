@@ -16,7 +16,7 @@ import typer
 
 from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
 from normzoo.cli.ending import work_done
-from normzoo.signals import StopSignal
+from normzoo.run.preemption import StopSignal
 
 
 @user_errors

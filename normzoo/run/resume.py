@@ -42,8 +42,6 @@ checkpoint). To continue the weights under such changes, start a new run from th
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
 import shlex
 import shutil
@@ -59,26 +57,7 @@ from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
 from normzoo.run.directory import RunDirectoryExists, run_directory_override
-from normzoo.run.preemption import slurm_restarted
 from normzoo.run.recipe_changes import Change, recipe_changes, shown
-
-
-def refuse_missing_run(run_dir: Path, resume: str | None, recipe_path: str | Path) -> None:
-    """``--resume auto`` of a run directory that does not exist (a mistyped ``run.dir``, or
-    the recipe's default when the run was started with another): say so before anything
-    (the run's lock) creates it."""
-    if resume != "auto" or run_dir.exists():
-        return
-    parent = run_dir.parent
-    siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-    close = difflib.get_close_matches(run_dir.name, siblings, n=3, cutoff=0.6)
-    hint = (" (did you mean " + " or ".join(str(parent / name) for name in close) + "?)"
-            if close else "")
-    default = "" if run_directory_override(run_dir, recipe_path) else (
-        f"; it is {Path(recipe_path).name}'s default run directory: a run started with "
-        "run.dir=PATH resumes with the same run.dir=PATH")
-    raise RunDirectoryExists(f"cannot resume: the run directory {run_dir} does not exist"
-                             f"{hint}{default}")
 
 
 def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path:
@@ -259,12 +238,3 @@ def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str])
             override.partition("=")[0].strip() == "run.dir" for override in overrides):
         words.append(f"run.dir={run_dir}")
     return shlex.join(words)
-
-
-def requeued(run_dir: Path, resume: str | None) -> str | None:
-    """``auto`` for a SLURM job restarted after a requeue whose run has a checkpoint."""
-    if resume is None and slurm_restarted() and newest_checkpoint(run_dir / "checkpoints"):
-        typer.echo(f"SLURM job restarted (SLURM_RESTART_COUNT="
-                   f"{os.environ.get('SLURM_RESTART_COUNT')}): resuming {run_dir}", err=True)
-        return "auto"
-    return resume

@@ -28,22 +28,18 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.diagnostics.callbacks import DivergenceError
 from normzoo.errors import RuntimeFailure
-from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import resolve_paths
 from normzoo.run.console import header, quiet_libraries
-from normzoo.run.directory import prepare_run_dir, refuse_existing_run, run_directory
+from normzoo.run.directory import RunDirectory
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.hardware import describe
 from normzoo.run.history import last_validation, resume_history
 from normzoo.run.init_weights import initial_weights
-from normzoo.run.lock import RunLock
 from normzoo.run.precision import training_precision
-from normzoo.run.preemption import Preempted, requeue_note, stop_signals_raise
+from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
 from normzoo.run.resume import (
     prepare_resume,
-    refuse_missing_run,
-    requeued,
     resume_checkpoint,
     resume_command,
 )
@@ -56,7 +52,6 @@ from normzoo.run.trainer import (
     machine_failures,
     stop_reason,
 )
-from normzoo.signals import StopSignal
 from normzoo.tasks import task_class
 from normzoo.tasks.datamodule import TextDataModule, show_progress
 
@@ -74,8 +69,9 @@ def run(
     are stored resolved (:mod:`normzoo.recipe.paths`); ``overrides`` (the command's) are
     repeated in the command that resumes a pre-empted run.
 
-    Rank 0 holds the run directory's lock throughout (:mod:`normzoo.run.lock`): a second process
-    on a live run is refused before it reads or deletes anything. A SLURM job requeued after
+    Rank 0 holds the run directory's lock throughout
+    (:class:`~normzoo.run.directory.RunDirectory`): a second process on a live run is refused
+    before it reads or deletes anything. A SLURM job requeued after
     pre-emption runs the same command again and resumes by itself, as Lightning's does.
     """
     training = TrainingRun(recipe, recipe_path, force=force, resume=resume, overrides=overrides)
@@ -95,9 +91,9 @@ class TrainingRun:
         self.rank = global_rank()
         self.recipe = resolve_paths(training_precision(recipe, announce=self.rank == 0))
         self.recipe_path = recipe_path
-        self.run_dir = run_directory(self.recipe, recipe_path)
+        self.directory = RunDirectory(self.recipe, recipe_path, self.rank)  # locked in setup()
+        self.run_dir = self.directory.path
         self.force, self.resume, self.overrides = force, resume, overrides or []
-        self.lock: RunLock | None = None  # rank 0's, from setup() to close()
         self.started = self.trained = 0.0  # the clock at setup; where train_wall_s ends
         self.ckpt_path: Path | None = None  # the checkpoint a resume starts from
         self.resumed_step = 0  # and its step
@@ -112,7 +108,7 @@ class TrainingRun:
         written: the lock, the checkpoint to resume or the weights to start from, the Trainer
         (settings the hardware cannot run) and the data (missing or broken), and only then
         the run directory, its loggers, its recipe and tokenizer, and the task."""
-        self._claim_run_dir()
+        self.resume = self.directory.claim(self.resume)
         self.started = time.perf_counter()
         saved_tokenizer = self._starting_point()
         quiet_libraries()
@@ -120,13 +116,12 @@ class TrainingRun:
         self.trainer = build_trainer(self.recipe, self.run_dir, callbacks=self.callbacks)
         self.data = self._prepared_data(saved_tokenizer)
         tokenizer = self.data.tokenizer
-        if self.rank == 0 and self.ckpt_path is None:
-            prepare_run_dir(self.recipe, self.recipe_path, self.force)
+        if self.ckpt_path is None:
+            self.directory.prepare(self.force)
         # W&B and MLflow write as they are created: only now that the run directory is ours.
         self.trainer.loggers = build_loggers(self.recipe, self.run_dir)
-        if self.rank == 0:
-            atomic_write_text(self.run_dir / "recipe.yaml", self.recipe.to_yaml(), "recipe")
-            atomic_write_text(self.run_dir / "tokenizer.json", tokenizer.to_str(), "tokenizer")
+        self.directory.write("recipe.yaml", self.recipe.to_yaml(), "recipe")
+        self.directory.write("tokenizer.json", tokenizer.to_str(), "tokenizer")
         self.task = self._built_task(tokenizer)
         if self.ckpt_path is not None and self.rank == 0:  # last: the CSV logger appends to it
             resume_history(self.run_dir / "logs" / "csv" / "metrics.csv", self.resumed_step)
@@ -202,7 +197,7 @@ class TrainingRun:
                    "train_wall_s": round((self.trained or time.perf_counter()) - self.started, 1)}
         summary |= extra
         summary["machine"] = describe(trainer.strategy.root_device.type)
-        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2), "summary")
+        self.directory.write("summary.json", json.dumps(summary, indent=2), "summary")
         return summary
 
     def close(self) -> None:
@@ -213,18 +208,9 @@ class TrainingRun:
             if self.trainer is not None:
                 close_loggers(self.trainer)
         finally:
-            if self.lock is not None:
-                self.lock.release(remove_dir_if_empty=True)
+            self.directory.release()
 
     # -- the stages' parts ---------------------------------------------------------------------
-
-    def _claim_run_dir(self) -> None:
-        """Rank 0 takes the run directory's lock (refusing ``--resume auto`` of a run that does
-        not exist before the lock creates it); a requeued SLURM job resumes by itself."""
-        if self.rank == 0:
-            refuse_missing_run(self.run_dir, self.resume, self.recipe_path)
-            self.lock = RunLock(self.run_dir).acquire()
-        self.resume = requeued(self.run_dir, self.resume)
 
     def _starting_point(self) -> str:
         """The checkpoint to resume from, checked, or ``init.from``'s weights, read and checked
@@ -234,8 +220,7 @@ class TrainingRun:
         if self.resume:
             self.ckpt_path = resume_checkpoint(self.run_dir, self.resume, announce=announce)
         if self.ckpt_path is None:
-            if announce:  # at once, not after minutes of tokenizer training
-                refuse_existing_run(self.run_dir, self.force)
+            self.directory.refuse_existing(self.force)  # now, not after the tokenizer's minutes
             self.init = initial_weights(self.recipe)
             return self.init.tokenizer if self.init is not None else ""
         step, tokenizer = prepare_resume(self.ckpt_path, self.recipe, self.run_dir,
