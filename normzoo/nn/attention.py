@@ -228,26 +228,6 @@ class MultiheadAttention(nn.Module):
         groups = self.heads // self.kv_heads
         return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
-    @staticmethod
-    def _mask(key_padding_mask: torch.Tensor | None, causal: bool, query_len: int,
-              key_len: int, q: torch.Tensor, prune: bool = False,
-              ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The attention mask, and the queries that have no key to attend to.
-
-        Such a query (every key padded: an empty source sentence, or a left pad of a prompt)
-        gets 0, as torch>=2.5 gives; older torch returns NaN there, and NaN at a pad reaches
-        real tokens in the next layer (0 * NaN). ``prune`` drops the fix-up (None) where no
-        query needs it, which changes nothing but costs a host sync: worth it only for a mask
-        built once and reused at every decoding step.
-        """
-        mask = attention_mask(key_padding_mask, causal, query_len, key_len, q.device)
-        if key_padding_mask is None:
-            return mask, None
-        empty = ~mask.any(dim=-1, keepdim=True)
-        if prune and not bool(empty.any()):
-            return mask, None
-        return mask | empty, empty
-
     def forward(
         self,
         x: torch.Tensor,
@@ -279,12 +259,16 @@ class MultiheadAttention(nn.Module):
         else:
             q, k, v = self._project_self(x)
             q, k = self._normed(self.q_norm, q), self._normed(self.k_norm, k)
+            past = None if cache is None else cache.self_k
             if self.rotary is not None:  # new queries and keys sit after the cached ones
-                q, k = self.rotary(q, k, 0 if cache is None else cache.length)
+                q, k = self.rotary(q, k, 0 if past is None else past.shape[2])
             if self.qk is not None:
                 q, k = self.qk(q, k)
             if cache is not None:
-                k, v = cache.append(k, v)
+                if past is not None:
+                    k = torch.cat([past, k], dim=2)
+                    v = torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
         k, v = self._expand(k), self._expand(v)
         is_causal = causal and not self.cross
         query_len, key_len = q.shape[2], k.shape[2]
@@ -294,14 +278,13 @@ class MultiheadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
                                                  scale=self.scale)
         else:
-            if self.cross and cache is not None and cache.cross_mask is not None:
-                mask, empty = cache.cross_mask, cache.cross_empty  # built at the first step
-            else:
-                reused = self.cross and cache is not None
-                mask, empty = self._mask(key_padding_mask, is_causal, query_len, key_len, q,
-                                         prune=reused)
-                if reused:
-                    cache.cross_mask, cache.cross_empty = mask, empty
+            mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device)
+            # A query with no key to attend to (every key padded: an empty source sentence, or
+            # a left pad of a prompt) gets 0, as torch>=2.5 gives; older torch returns NaN
+            # there, and NaN at a pad reaches real tokens in the next layer (0 * NaN).
+            empty = None if key_padding_mask is None else ~mask.any(dim=-1, keepdim=True)
+            if empty is not None:
+                mask = mask | empty
             if explicit:
                 out = explicit_attention(q, k, v, mask, dropout, self.scale)
             else:
