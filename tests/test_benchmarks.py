@@ -39,6 +39,7 @@ def positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_peers_measures_every_framework(tmp_path: Path):
     markdown, data = run("peers.py", tmp_path / "peers.md", "--size", "tiny", "--reps", "2",
                          "--warmup", "1")
@@ -68,6 +69,7 @@ def test_norms_compares_every_norm_with_plain_pytorch(tmp_path: Path):
         assert row["max_abs_difference"] < 1e-4  # the "equivalent" computes the same thing
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_quality_trains_every_recipe_within_its_budget(tmp_path: Path):
     markdown, data = run("quality.py", tmp_path / "quality.md", "--tiny", "--budget-min", "2")
     assert [r["scheme"] for r in data["results"]] == list(RECIPES)
@@ -104,6 +106,7 @@ def test_sweep_jobs_refuses_bad_arguments_before_running(args: list[str]) -> Non
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_scheme_cost_times_each_scheme_against_pre_ln(tmp_path: Path):
     text, data = run("scheme_cost.py", tmp_path / "cost.md", "--rounds", "1", "--steps", "1",
                      "--schemes", "HC (n = 4)")

@@ -40,6 +40,7 @@ def test_a_run_starts_with_one_header_line_and_a_step_progress_bar(tmp_path: Pat
         assert noise not in console, noise
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_a_resumed_run_says_nothing_about_its_own_directory_being_in_use(tmp_path: Path):
     """Lightning warns on every resume that the checkpoint and CSV log directories are not empty
     and that the old logs "will be deleted"; in a normzoo run both are expected (the log is put

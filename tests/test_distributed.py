@@ -171,6 +171,7 @@ def test_a_strategy_the_hardware_cannot_run_is_a_clear_error_and_writes_nothing(
     assert not run_dir.exists()
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_sigterm_under_ddp_stops_both_processes_at_one_step_and_resumes_exactly(workspace):
     # Pre-emption of a multi-process job: SIGTERM to the launching process (as a scheduler
     # sends it) reaches both ranks; they agree on the step, save one checkpoint, exit 143
@@ -201,6 +202,7 @@ def test_sigterm_under_ddp_stops_both_processes_at_one_step_and_resumes_exactly(
         assert torch.equal(whole[key], resumed[key]), key
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_ngpt_under_ddp_keeps_its_rows_on_the_sphere_and_equals_one_process(workspace):
     """A scheme's after_step (nGPT's renormalisation) runs on every process after each update:
     the replicas stay equal to a single process with twice the batch, rows unit length."""

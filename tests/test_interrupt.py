@@ -111,7 +111,8 @@ def test_a_second_ctrl_c_stops_at_once(workdir: Path):
     assert not (workdir / "R" / "checkpoints" / "last.ckpt").exists()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT,
+                                    pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_a_signal_in_the_final_test_says_how_to_run_the_test_alone(tmp_path: Path, signum: int):
     """Training is over and saved when the final test starts: a stop signal there ends the
     process at once (exit 128 + signal) with one line saying so and the command that runs the

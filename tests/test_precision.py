@@ -252,8 +252,9 @@ def _first_step(tmp_path: Path, precision: str, residual: dict) -> tuple[dict, d
     return diag, saved
 
 
-@pytest.mark.parametrize("residual", [{"name": "admin", "init": "profiled"},
-                                      {"name": "deepnorm"}], ids=["admin", "deepnorm"])
+@pytest.mark.parametrize("residual", [
+    {"name": "admin", "init": "profiled"},
+    pytest.param({"name": "deepnorm"}, marks=pytest.mark.slow)], ids=["admin", "deepnorm"])
 def test_init_profiling_and_diagnostics_read_the_same_under_bf16(tmp_path: Path, residual):
     """Admin profiles its w before the first step, outside autocast: the same values in both
     precisions. The diagnostics of the first step (DeepNorm's scaled init included) measure

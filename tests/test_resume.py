@@ -119,6 +119,7 @@ def test_sigkill_mid_epoch_then_resume_equals_an_uninterrupted_run(workdir, unin
     assert_same_run(run, uninterrupted)
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_two_crashes_in_a_row_with_worker_processes(workdir, uninterrupted):
     # Workers collate in other processes and start ahead of the loop; the loader must still
     # resume at the right batch. The second crash must not lose the history the first kept.
@@ -210,6 +211,7 @@ def test_sigkill_at_random_steps_loses_at_most_one_interval(workdir, uninterrupt
     assert_same_run(checkpoints.parent, uninterrupted)
 
 
+@pytest.mark.slow  # in `-m slow`: keeps the default run under 15 minutes on 2 cores
 def test_killed_during_the_first_checkpoint_write(workdir, uninterrupted):
     # The first write is best-5: nothing complete is left, and --resume auto says what to do.
     args = ["train", "tiny.yaml", "run.dir=runs/first"]

@@ -39,7 +39,7 @@ def corpus(tmp_path: Path, offline) -> Path:  # noqa: F811
     return hub_folder(tmp_path / "hub" / "toy", "default", columns)
 
 
-@pytest.mark.parametrize("task", ["causal_lm", "mlm"])
+@pytest.mark.parametrize("task", ["causal_lm", pytest.param("mlm", marks=pytest.mark.slow)])
 def test_streamed_run_killed_and_resumed_equals_the_uninterrupted_run(corpus: Path,
                                                                        tmp_path: Path, task):
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe(corpus, task)))

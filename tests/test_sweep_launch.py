@@ -44,7 +44,7 @@ def test_two_jobs_run_both_cells_as_separate_processes(tmp_path: Path):
     assert "2 cells, 0 diverged" in done.stdout
 
 
-@pytest.mark.parametrize("whom", ["group", "sweep"])
+@pytest.mark.parametrize("whom", [pytest.param("group", marks=pytest.mark.slow), "sweep"])
 def test_a_stopped_sweep_stops_its_jobs_cells_with_a_checkpoint(tmp_path: Path, whom: str):
     # Ctrl-C reaches the terminal's whole process group: once, submitit's controllers printed
     # KeyboardInterrupt tracebacks and SIGKILLed the cells a second later, before they saved.
