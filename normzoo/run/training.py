@@ -264,17 +264,26 @@ class TrainingRun:
         return task
 
     def _preempted(self) -> Preempted:
-        """Record a run stopped by a signal (its checkpoint, the command that resumes it) and
-        say the same in the error that ends the process."""
+        """Record a run stopped by a signal during training (its checkpoint, the command that
+        resumes it) and say the same in the error that ends the process."""
         stop = self.callbacks.stop
-        name = signal.Signals(stop.agreed).name
+        return self._stopped(stop.agreed, stop.saved_path, stop.requeue_note,
+                             f"stopped by {{name}} at step {self.trainer.global_step}: saved "
+                             f"{stop.saved_path}{{note}}; continue with: {{command}}")
+
+    def _stopped(self, signum: int, checkpoint: Any, requeue: str, says: str,
+                 **extra: Any) -> Preempted:
+        """Write the pre-empted summary (the signal, the checkpoint, the command that goes on,
+        a SLURM requeue) and return the error that ends the process; ``says`` is its message,
+        with ``{name}``, ``{note}`` and ``{command}`` filled in."""
+        name = signal.Signals(signum).name
         command = resume_command(self.recipe_path, self.run_dir, self.overrides)
-        requeue = {"requeue": stop.requeue_note} if stop.requeue_note else {}
-        self.write_summary("preempted", signal=name, checkpoint=stop.saved_path,
-                           resume=command, **requeue)
-        note = f"; {stop.requeue_note}" if stop.requeue_note else ""
-        return Preempted(f"stopped by {name} at step {self.trainer.global_step}: saved "
-                         f"{stop.saved_path}{note}; continue with: {command}", stop.agreed)
+        self.write_summary("preempted", signal=name, **extra, checkpoint=checkpoint,
+                           resume=command, **({"requeue": requeue} if requeue else {}))
+        note = f"; {requeue}" if requeue else ""
+        # Placeholders replaced, not str.format: a path may hold braces.
+        message = says.replace("{name}", name).replace("{note}", note)
+        return Preempted(message.replace("{command}", command), signum)
 
     @contextlib.contextmanager
     def _test_stopped(self):
@@ -286,18 +295,13 @@ class TrainingRun:
             with stop_signals_raise():
                 yield
         except StopSignal as stop:
-            name = signal.Signals(stop.signum).name
-            command = resume_command(self.recipe_path, self.run_dir, self.overrides)
             saved = self.run_dir / "checkpoints" / "last.ckpt"
             note = requeue_note(stop.signum, self.recipe.trainer.slurm_requeue,
                                 self.trainer.is_global_zero)
-            self.write_summary("preempted", signal=name, during="final test",
-                               checkpoint=str(saved), resume=command,
-                               **({"requeue": note} if note else {}))
-            raise Preempted(f"training finished at step {self.trainer.global_step} (saved "
-                            f"{saved}), but {name} stopped the final test"
-                            f"{'; ' + note if note else ''}; run the test alone with: {command}",
-                            stop.signum) from None
+            raise self._stopped(stop.signum, str(saved), note,
+                                f"training finished at step {self.trainer.global_step} (saved "
+                                f"{saved}), but {{name}} stopped the final test{{note}}; run "
+                                "the test alone with: {command}", during="final test") from None
 
     @contextlib.contextmanager
     def _recording_failures(self):
