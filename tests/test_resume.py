@@ -12,13 +12,13 @@ import errno
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+import warm
 import yaml
 
 from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
@@ -55,9 +55,8 @@ def normzoo(args: list[str], cwd: Path, crash: list[str] | None = None,
             env: dict[str, str] | None = None):
     prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
         [sys.executable, "-m", "normzoo"]
-    return subprocess.run([*prefix, *args], cwd=cwd, env={**environment(cwd / "cache"),
-                                                          **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    return warm.run([*prefix, *args], cwd=cwd, env={**environment(cwd / "cache"), **(env or {})},
+                    timeout=300)
 
 
 def losses(run_dir: Path) -> dict[int, list[str]]:
@@ -277,9 +276,8 @@ def test_a_second_process_on_a_live_run_is_refused_and_the_run_finishes_intact(
     live_dir.mkdir()
     (live_dir / "tiny.yaml").write_text((workdir / "tiny.yaml").read_text())
     args = ["train", "tiny.yaml", "run.dir=runs/live"]
-    live = subprocess.Popen([sys.executable, str(HERE / "crash.py"), "pause", "12", *args],
-                            cwd=live_dir, env=environment(workdir / "cache"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    live = warm.Popen([sys.executable, str(HERE / "crash.py"), "pause", "12", *args],
+                      cwd=live_dir, env=environment(workdir / "cache"))
     try:
         for _ in range(1200):
             if (live_dir / "paused").exists() or live.poll() is not None:
