@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm
 
 from normzoo.data import builtin
 from normzoo.recipe import OptimConfig
@@ -55,8 +56,7 @@ def train(workspace: Path, name: str, *overrides: str, devices: int = 2,
     command = [sys.executable, "-m", "normzoo", "train", str(workspace / "recipe.yaml"),
                f"data.dir={workspace / 'data'}", f"run.dir={workspace / name}",
                f"trainer.devices={devices}", *strategy, *overrides, *extra]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
-                            cwd=workspace)
+    result = warm.run(command, cwd=workspace, env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -124,11 +124,11 @@ def test_validation_bleu_under_two_processes_equals_single_process_bleu(workspac
     assert [int(r["step"]) for r in rows] == [2, 5]  # validation after steps 3 and 6
     ddp_bleu = float(rows[-1]["val/bleu"])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
+    result = warm.run(
         [sys.executable, "-m", "normzoo", "evaluate",
          str(workspace / "ddp/checkpoints/last.ckpt"), "--split", "valid", "--beam", "1",
          "--data-dir", str(workspace / "data"), "--hyps", str(workspace / "h.txt"), "--json"],
-        capture_output=True, text=True, env=env, cwd=workspace, timeout=300)
+        cwd=workspace, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     assert report["sentences"] == 40

@@ -136,6 +136,8 @@ def test_the_run_directory_is_stored_resolved_so_its_recipe_resumes_it_from_anyw
     import subprocess
     import sys
 
+    import warm
+
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     corpus(project / "corpus")
     elsewhere.mkdir()
@@ -143,8 +145,7 @@ def test_the_run_directory_is_stored_resolved_so_its_recipe_resumes_it_from_anyw
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
 
     def normzoo(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "normzoo", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=600)
+        done = warm.run([sys.executable, "-m", "normzoo", *args], cwd=cwd, env=env, timeout=600)
         assert done.returncode == 0, done.stderr
         return done
 
