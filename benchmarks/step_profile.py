@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         results[precision] = profile_steps(precision, args.steps, args.recipe, args.overrides)
         print(f"{precision}: {results[precision]['step_ms']:.0f} ms per step", file=sys.stderr)
     info = machine(args.threads)
-    from normzoo.run.precision import _cpu_flags
+    from normzoo.run.machine import _cpu_flags
 
     info["amx"] = "amx_bf16" in _cpu_flags()
     lines = report(info, results, args)

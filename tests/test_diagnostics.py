@@ -292,7 +292,9 @@ def test_cells_running_side_by_side_fail_alike(tmp_path):
               [f"data.dir={missing}"], tmp_path / "sweep", steps=2, jobs=2)
     assert caught.value.exit_code == 2
     assert "1 of 2 sweep cells failed" in str(caught.value)
-    assert f"source-files: data file not found: {missing}" in str(caught.value)
+    # A training run checks its inputs before it reads any (normzoo.recipe.paths.for_training).
+    assert "source-files" in str(caught.value)
+    assert f"the folder {missing} does not exist" in str(caught.value)
     results = (tmp_path / "sweep" / "results.md").read_text()
     assert "| builtin | ok |" in results and "| files | failed |" in results
 

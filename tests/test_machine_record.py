@@ -51,16 +51,16 @@ def test_the_record_says_what_the_cpu_has_not_what_an_override_asks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``NORMZOO_CPU_BF16=1`` makes a run train in bf16 on a CPU without it; the record must
     still say the CPU lacks it, and say the override was set."""
-    from normzoo.run import precision
+    from normzoo.run import machine as run_machine
 
-    monkeypatch.delenv(precision.CPU_BF16_OVERRIDE, raising=False)
+    monkeypatch.delenv(run_machine.CPU_BF16_OVERRIDE, raising=False)
     real = machine.describe("cpu")
     assert "cpu_bf16_override" not in real
-    monkeypatch.setenv(precision.CPU_BF16_OVERRIDE, "0" if real["cpu_bf16"] else "1")
+    monkeypatch.setenv(run_machine.CPU_BF16_OVERRIDE, "0" if real["cpu_bf16"] else "1")
     forced = machine.describe("cpu")
     assert forced["cpu_bf16"] == real["cpu_bf16"]
     assert forced["cpu_bf16_override"] == ("0" if real["cpu_bf16"] else "1")
-    assert precision.cpu_supports_bf16() != real["cpu_bf16"]  # the fallback obeys it
+    assert run_machine.cpu_supports_bf16() != real["cpu_bf16"]  # the fallback obeys it
 
 
 def test_cores_are_this_process_share(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -198,17 +198,17 @@ def test_a_cpu_without_bf16_trains_in_float32_and_says_so_once(tmp_path: Path):
 
 def test_bf16_is_kept_where_the_cpu_has_it_and_off_the_cpu(monkeypatch):
     from normzoo.recipe import from_dict
-    from normzoo.run import precision
+    from normzoo.run import machine
 
     recipe = from_dict(tiny(trainer={"precision": "bf16-mixed"}))
     monkeypatch.setenv("NORMZOO_CPU_BF16", "1")
-    assert precision.training_precision(recipe) is recipe
+    assert machine.training_precision(recipe) is recipe
     monkeypatch.setenv("NORMZOO_CPU_BF16", "0")
-    assert precision.training_precision(recipe, announce=False).trainer.precision == "32-true"
+    assert machine.training_precision(recipe, announce=False).trainer.precision == "32-true"
     fp32 = from_dict(tiny())
-    assert precision.training_precision(fp32) is fp32
+    assert machine.training_precision(fp32) is fp32
     monkeypatch.delenv("NORMZOO_CPU_BF16")
-    assert isinstance(precision.cpu_supports_bf16(), bool)
+    assert isinstance(machine.cpu_supports_bf16(), bool)
 
 
 def test_the_attention_kernel_may_change_on_resume():

@@ -248,6 +248,9 @@ def test_broken_data_fails_before_the_run_directory_is_created(tmp_path: Path):
 
     folder = tmp_path / "data"
     folder.mkdir()
+    for split in ("valid", "test"):  # every file there (a missing one is refused sooner)
+        for lang in ("en", "de"):
+            (folder / f"{split}.{lang}").write_text("a\n", encoding="utf-8")
     (folder / "train.en").write_text("a\nb\n", encoding="utf-8")
     (folder / "train.de").write_text("a\n", encoding="utf-8")
     recipe = tiny("translation", {"source": "files", "dir": str(folder), "src_lang": "en",

@@ -35,29 +35,25 @@ def train(
     init.from=CKPT starts a new run from a checkpoint's weights (step 0, a fresh optimizer and
     schedule); --resume continues a run where it stopped."""
     from normzoo import recipe as recipes
-    from normzoo.recipe.paths import check_inputs
-    from normzoo.run.directory import run_directory, with_run_dir
-    from normzoo.run.machine import check_machine
-
-    started = time.time()
-    # The data is read minutes later (after the tokenizer): a missing file fails now.
-    resolved = check_inputs(check_machine(recipes.load(recipe, overrides or [])),
-                            resuming=resume is not None)
-    resolved = with_run_dir(resolved, recipe)  # its recipe.yaml names its folder
+    from normzoo.recipe.paths import run_directory
     from normzoo.run.training import run
 
+    started = time.time()
+    loaded = None  # the recipe, once read: a stop before then leaves no run to report on
     late = 0  # a stop signal that came once the summary said completed
     try:
         try:
             with file_system_failures():
-                summary = run(resolved, recipe, force=force, resume=resume,
-                              overrides=overrides or [])
+                summary = run(loaded := recipes.load(recipe, overrides or []), recipe,
+                              force=force, resume=resume, overrides=overrides or [])
         except SystemExit as ended:  # Lightning ends a Ctrl-C it caught (before training) so
             if isinstance(ended.__context__, KeyboardInterrupt):
                 raise ended.__context__ from None
             raise
     except (KeyboardInterrupt, StopSignal) as stop:
-        run_dir = run_directory(resolved, recipe)
+        if loaded is None:
+            raise
+        run_dir = run_directory(loaded, recipe)
         # Stopped as the run let go of its loggers and lock, after its summary said completed?
         summary = _completed(run_dir / "summary.json", started)
         if summary is None:

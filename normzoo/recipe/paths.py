@@ -11,13 +11,17 @@ A tokenizer file (``data.tokenizer.path``) and the run directory (``run.dir``: a
 folder ``normzoo`` runs in (a recipe's ``base`` files, by contrast, are relative to the recipe
 that names them: they are part of the recipe, not of the run's inputs).
 
-Whether the files are there is checked by ``normzoo recipe validate`` and ``normzoo train``
-(:func:`input_problems`), not by every load: checkpoints, sweeps and tests read recipes whose
-data is elsewhere, or not prepared yet.
+A run without ``run.dir`` is given its default, ``runs/<recipe's stem>`` (:func:`with_run_dir`),
+so that its stored recipe names its own folder.
+
+Whether the files are there is checked by ``normzoo recipe validate`` and by every training run
+(:func:`input_problems`; :func:`for_training` does all of the above for a run), not by every
+load: checkpoints, exports and tests read recipes whose data is elsewhere, or not prepared yet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -59,6 +63,31 @@ def resolve_paths(recipe: Recipe) -> Recipe:
     if recipe.run.dir and local_path(recipe.run.dir) != recipe.run.dir:
         update["run"] = recipe.run.model_copy(update={"dir": local_path(recipe.run.dir)})
     return recipe.model_copy(update=update) if update else recipe
+
+
+def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
+    """``run.dir`` (``~`` expanded), or ``runs/<recipe's stem>``. A run stores ``run.dir``
+    absolute (:func:`resolve_paths`, as it stores ``data.dir``), so that its
+    ``recipe.yaml`` names its own folder from anywhere; inside the folder ``normzoo`` runs in,
+    it is shown relative to it again, as it was most likely typed and as the resume hint
+    repeats it."""
+    if not recipe.run.dir:
+        return Path("runs") / Path(recipe_path).stem
+    path = Path(recipe.run.dir).expanduser()
+    if recipe.run.dir.startswith(os.sep):  # absolute as written, not by ~
+        with contextlib.suppress(OSError, ValueError):  # no current folder; outside it
+            return path.relative_to(Path.cwd())
+    return path
+
+
+def with_run_dir(recipe: Recipe, recipe_path: str | Path) -> Recipe:
+    """``recipe`` with ``run.dir`` set where unset (to the default, ``runs/<recipe's stem>``):
+    the run's ``recipe.yaml`` then names its folder, as ``--resume auto`` with that file as
+    the recipe needs (its stem is no longer the original recipe's)."""
+    if recipe.run.dir:
+        return recipe
+    run = recipe.run.model_copy(update={"dir": str(run_directory(recipe, recipe_path))})
+    return recipe.model_copy(update={"run": run})
 
 
 def split_files(recipe: Recipe) -> dict[str, list[Path]]:
@@ -137,3 +166,11 @@ def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
         raise ConfigError(problems, "inputs missing or unusable" if unusable
                           else "inputs not found")
     return recipe
+
+
+def for_training(recipe: Recipe, recipe_path: str | Path, *, resuming: bool = False) -> Recipe:
+    """``recipe`` as a training run stores it: ``run.dir`` named (:func:`with_run_dir`) and
+    every path resolved (:func:`resolve_paths`), once every input it reads is found to be
+    there (:func:`check_inputs`, now: the data is read minutes later, after the tokenizer;
+    its messages name each path as the recipe wrote it)."""
+    return resolve_paths(check_inputs(with_run_dir(recipe, recipe_path), resuming))

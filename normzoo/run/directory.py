@@ -21,7 +21,6 @@ remain, but an unlocked file locks nothing.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fcntl
 import json
@@ -32,13 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-import typer
-
-from normzoo.checkpoints.rolling import newest_checkpoint
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
-from normzoo.run.preemption import slurm_restarted
+from normzoo.recipe.paths import run_directory
 
 LOCK_NAME = ".lock"
 
@@ -110,31 +106,6 @@ class RunDirectoryExists(NormzooError):
     """A run directory already holds a run (or has none to resume); refuse to guess."""
 
 
-def run_directory(recipe: Recipe, recipe_path: str | Path) -> Path:
-    """``run.dir`` (``~`` expanded), or ``runs/<recipe's stem>``. A run stores ``run.dir``
-    absolute (:func:`~normzoo.recipe.paths.resolve_paths`, as it stores ``data.dir``), so that its
-    ``recipe.yaml`` names its own folder from anywhere; inside the folder ``normzoo`` runs in,
-    it is shown relative to it again, as it was most likely typed and as the resume hint
-    repeats it."""
-    if not recipe.run.dir:
-        return Path("runs") / Path(recipe_path).stem
-    path = Path(recipe.run.dir).expanduser()
-    if recipe.run.dir.startswith(os.sep):  # absolute as written, not by ~
-        with contextlib.suppress(OSError, ValueError):  # no current folder; outside it
-            return path.relative_to(Path.cwd())
-    return path
-
-
-def with_run_dir(recipe: Recipe, recipe_path: str | Path) -> Recipe:
-    """``recipe`` with ``run.dir`` set where unset (to the default, ``runs/<recipe's stem>``):
-    the run's ``recipe.yaml`` then names its folder, as ``--resume auto`` with that file as
-    the recipe needs (its stem is no longer the original recipe's)."""
-    if recipe.run.dir:
-        return recipe
-    run = recipe.run.model_copy(update={"dir": str(run_directory(recipe, recipe_path))})
-    return recipe.model_copy(update={"run": run})
-
-
 def _contents(run_dir: Path) -> list[Path]:
     """What ``run_dir`` holds besides the lock of the process that is looking."""
     if not run_dir.is_dir():
@@ -189,15 +160,6 @@ def refuse_missing_run(run_dir: Path, resume: str | None, recipe_path: str | Pat
                              f"{hint}{default}")
 
 
-def requeued(run_dir: Path, resume: str | None) -> str | None:
-    """``auto`` for a SLURM job restarted after a requeue whose run has a checkpoint."""
-    if resume is None and slurm_restarted() and newest_checkpoint(run_dir / "checkpoints"):
-        typer.echo(f"SLURM job restarted (SLURM_RESTART_COUNT="
-                   f"{os.environ.get('SLURM_RESTART_COUNT')}): resuming {run_dir}", err=True)
-        return "auto"
-    return resume
-
-
 class RunDirectory:
     """One run's folder as ``normzoo train`` uses it: where it is, rank 0's lock on it, the
     refusals that protect a run already in it, clearing it for a new run, the run's files
@@ -209,24 +171,28 @@ class RunDirectory:
         self.rank = rank
         self.lock: RunLock | None = None  # rank 0's, from claim() to release()
 
-    def claim(self, resume: str | None) -> str | None:
-        """Rank 0 takes the lock (refusing ``--resume auto`` of a run that does not exist
-        before the lock creates it); return how to resume: ``resume``, or ``auto`` for a SLURM
-        job requeued after pre-emption, which runs the same command again."""
+    def claim(self, resume: str | None) -> None:
+        """Rank 0 takes the lock, refusing ``--resume auto`` of a run that does not exist
+        before the lock creates it."""
         if self.rank == 0:
             refuse_missing_run(self.path, resume, self.recipe_path)
             self.lock = RunLock(self.path).acquire()
-        return requeued(self.path, resume)
 
     def refuse_existing(self, force: bool) -> None:
         """A new run (rank 0) in a folder that holds a run: refused unless ``force``."""
         if self.rank == 0:
             refuse_existing_run(self.path, force)
 
-    def prepare(self, force: bool) -> None:
-        """A new run's folder, emptied (``force``) of an old run but for the lock."""
-        if self.rank == 0:
+    def start(self, files: dict[str, tuple[str, str]], *, new: bool, force: bool) -> None:
+        """The run's ``files`` (name: text and what it is) written into its folder by rank 0,
+        each whole or not at all; a ``new`` run's folder first emptied (``force``) of an old
+        run but for the lock."""
+        if self.rank != 0:
+            return
+        if new:
             prepare_run_dir(self.path, force)
+        for name, (text, what) in files.items():
+            atomic_write_text(self.path / name, text, what)
 
     def write(self, name: str, text: str, what: str) -> None:
         """``name`` in the folder, whole or not at all (rank 0 alone)."""

@@ -75,7 +75,7 @@ def describe(device_type: str | None = None) -> dict[str, Any]:
     # the recipe's schema, which precision reads and which loads torch).
     import torch
 
-    from normzoo.run.precision import CPU_BF16_OVERRIDE, cpu_supports_bf16
+    from normzoo.run.machine import CPU_BF16_OVERRIDE, cpu_supports_bf16
 
     gpu = (torch.cuda.get_device_name() if device_type == "cuda" and torch.cuda.is_available()
            else None)

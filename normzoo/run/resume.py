@@ -42,9 +42,11 @@ checkpoint). To continue the weights under such changes, start a new run from th
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,7 @@ from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
 from normzoo.run.directory import RunDirectoryExists, run_directory_override
+from normzoo.run.preemption import slurm_restarted
 from normzoo.run.recipe_changes import Change, recipe_changes, shown
 
 
@@ -227,6 +230,41 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
         else:
             remove_stale_temporaries(run_dir / "checkpoints")
     return step, tokenizer.to_str()
+
+
+def requeued(run_dir: Path, resume: str | None) -> str | None:
+    """``auto`` for a SLURM job restarted after a requeue whose run has a checkpoint."""
+    if resume is None and slurm_restarted() and newest_checkpoint(run_dir / "checkpoints"):
+        typer.echo(f"SLURM job restarted (SLURM_RESTART_COUNT="
+                   f"{os.environ.get('SLURM_RESTART_COUNT')}): resuming {run_dir}", err=True)
+        return "auto"
+    return resume
+
+
+@dataclass(frozen=True)
+class StartingPoint:
+    """The checkpoint a resumed run starts from, checked against its recipe: its step and the
+    tokenizer it was trained with."""
+
+    checkpoint: Path
+    step: int
+    tokenizer: str
+
+
+def starting_point(run_dir: Path, resume: str | None, recipe: Recipe,
+                   rank: int) -> StartingPoint | None:
+    """Where a run starts: None for a new run; else the checkpoint ``resume`` names
+    (:func:`resume_checkpoint`; ``auto`` also for a SLURM job requeued after pre-emption, which
+    runs the same command again), checked against ``recipe`` before anything is written, and
+    the run directory tidied (:func:`prepare_resume`)."""
+    resume = requeued(run_dir, resume)
+    if not resume:
+        return None
+    path = resume_checkpoint(run_dir, resume, announce=rank == 0)
+    step, tokenizer = prepare_resume(path, recipe, run_dir, resume, rank)
+    if rank == 0:
+        typer.echo(f"resuming from {path} (step {step})", err=True)
+    return StartingPoint(path, step, tokenizer)
 
 
 def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str]) -> str:

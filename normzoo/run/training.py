@@ -29,20 +29,16 @@ from normzoo.data.tokenizer import Tokenizer
 from normzoo.diagnostics.callbacks import DivergenceError
 from normzoo.errors import RuntimeFailure
 from normzoo.recipe import Recipe
-from normzoo.recipe.paths import resolve_paths
+from normzoo.recipe.paths import for_training
 from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.hardware import describe
 from normzoo.run.history import last_validation, resume_history
 from normzoo.run.init_weights import initial_weights
-from normzoo.run.precision import training_precision
+from normzoo.run.machine import for_this_machine
 from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
-from normzoo.run.resume import (
-    prepare_resume,
-    resume_checkpoint,
-    resume_command,
-)
+from normzoo.run.resume import resume_command, starting_point
 from normzoo.run.trainer import (
     RunCallbacks,
     build_loggers,
@@ -53,7 +49,7 @@ from normzoo.run.trainer import (
     stop_reason,
 )
 from normzoo.tasks import task_class
-from normzoo.tasks.datamodule import TextDataModule, show_progress
+from normzoo.tasks.datamodule import TextDataModule, show_progress, training_data
 
 
 def run(
@@ -64,10 +60,11 @@ def run(
 
     Under several processes only rank 0 creates and writes the run directory and returns the
     summary; the other ranks return None. ``resume`` (``auto`` or a checkpoint path) continues
-    a run in its own directory: model, optimizer, schedule and step count. bf16 on a CPU
-    without bf16 instructions trains in float32 (:mod:`normzoo.run.precision`). Its paths
-    are stored resolved (:mod:`normzoo.recipe.paths`); ``overrides`` (the command's) are
-    repeated in the command that resumes a pre-empted run.
+    a run in its own directory: model, optimizer, schedule and step count. Its inputs are
+    checked to be there and its paths stored resolved (:mod:`normzoo.recipe.paths`), a model
+    this machine cannot hold is refused, and bf16 on a CPU without bf16 instructions trains in
+    float32 (:mod:`normzoo.run.machine`); ``overrides`` (the command's) are repeated in the
+    command that resumes a pre-empted run.
 
     Rank 0 holds the run directory's lock throughout
     (:class:`~normzoo.run.directory.RunDirectory`): a second process on a live run is refused
@@ -89,7 +86,8 @@ class TrainingRun:
     def __init__(self, recipe: Recipe, recipe_path: str | Path, *, force: bool = False,
                  resume: str | None = None, overrides: list[str] | None = None) -> None:
         self.rank = global_rank()
-        self.recipe = resolve_paths(training_precision(recipe, announce=self.rank == 0))
+        stored = for_training(recipe, recipe_path, resuming=resume is not None)
+        self.recipe = for_this_machine(stored, announce=self.rank == 0)
         self.recipe_path = recipe_path
         self.directory = RunDirectory(self.recipe, recipe_path, self.rank)  # locked in setup()
         self.run_dir = self.directory.path
@@ -108,20 +106,27 @@ class TrainingRun:
         written: the lock, the checkpoint to resume or the weights to start from, the Trainer
         (settings the hardware cannot run) and the data (missing or broken), and only then
         the run directory, its loggers, its recipe and tokenizer, and the task."""
-        self.resume = self.directory.claim(self.resume)
+        self.directory.claim(self.resume)
         self.started = time.perf_counter()
-        saved_tokenizer = self._starting_point()
+        start = starting_point(self.run_dir, self.resume, self.recipe, self.rank)
+        if start is None:  # a new run: refused now, not after the tokenizer's minutes
+            self.directory.refuse_existing(self.force)
+            self.init = initial_weights(self.recipe)
+        else:
+            self.ckpt_path, self.resumed_step = start.checkpoint, start.step
         quiet_libraries()
         self.callbacks = RunCallbacks.for_recipe(self.recipe, self.run_dir)
         self.trainer = build_trainer(self.recipe, self.run_dir, callbacks=self.callbacks)
-        self.data = self._prepared_data(saved_tokenizer)
+        self.data = training_data(
+            self.recipe, start.tokenizer if start else self.init.tokenizer if self.init else "",
+            saved=self.run_dir / "tokenizer.json" if self.rank > 0 else None,
+            progress=self.rank == 0 and show_progress())
         tokenizer = self.data.tokenizer
-        if self.ckpt_path is None:
-            self.directory.prepare(self.force)
+        self.directory.start({"recipe.yaml": (self.recipe.to_yaml(), "recipe"),
+                              "tokenizer.json": (tokenizer.to_str(), "tokenizer")},
+                             new=start is None, force=self.force)
         # W&B and MLflow write as they are created: only now that the run directory is ours.
         self.trainer.loggers = build_loggers(self.recipe, self.run_dir)
-        self.directory.write("recipe.yaml", self.recipe.to_yaml(), "recipe")
-        self.directory.write("tokenizer.json", tokenizer.to_str(), "tokenizer")
         self.task = self._built_task(tokenizer)
         if self.ckpt_path is not None and self.rank == 0:  # last: the CSV logger appends to it
             resume_history(self.run_dir / "logs" / "csv" / "metrics.csv", self.resumed_step)
@@ -211,39 +216,6 @@ class TrainingRun:
             self.directory.release()
 
     # -- the stages' parts ---------------------------------------------------------------------
-
-    def _starting_point(self) -> str:
-        """The checkpoint to resume from, checked, or ``init.from``'s weights, read and checked
-        against the model now, before anything is written (or ``--force`` clears the run
-        directory they may be in); return the tokenizer they were trained with ("" if none)."""
-        announce = self.rank == 0
-        if self.resume:
-            self.ckpt_path = resume_checkpoint(self.run_dir, self.resume, announce=announce)
-        if self.ckpt_path is None:
-            self.directory.refuse_existing(self.force)  # now, not after the tokenizer's minutes
-            self.init = initial_weights(self.recipe)
-            return self.init.tokenizer if self.init is not None else ""
-        step, tokenizer = prepare_resume(self.ckpt_path, self.recipe, self.run_dir,
-                                         self.resume, self.rank)
-        self.resumed_step = step
-        if announce:
-            typer.echo(f"resuming from {self.ckpt_path} (step {step})", err=True)
-        return tokenizer
-
-    def _prepared_data(self, saved_tokenizer: str) -> TextDataModule:
-        """The data module on the tokenizer the weights were trained with, else rank 0's saved
-        one (other ranks), else the recipe's; prepared (by each node's first process) and
-        mapped now, so that broken data fails before the run directory exists."""
-        saved = self.run_dir / "tokenizer.json"
-        tokenizer = None  # the recipe's, from the prepared cache
-        if saved_tokenizer:
-            tokenizer = Tokenizer.from_str(saved_tokenizer)
-        elif saved.is_file() and self.rank > 0:
-            tokenizer = Tokenizer.load(saved)
-        data = TextDataModule(self.recipe, tokenizer,
-                              show_progress=self.rank == 0 and show_progress())
-        data.setup("fit")
-        return data
 
     def _built_task(self, tokenizer: Tokenizer) -> Any:
         """The task (LightningModule) from the recipe's seed, with ``init.from``'s weights;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -145,6 +146,22 @@ class TextDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test")
+
+
+def training_data(recipe: Recipe, tokenizer_json: str = "", saved: Path | None = None,
+                  progress: bool = False) -> TextDataModule:
+    """A training run's data module, prepared (by each node's first process) and mapped now,
+    so that broken data fails before the run's folder is written: on the tokenizer its
+    weights were trained with (``tokenizer_json``), else the ``saved`` file of the run (where
+    rank 0 wrote it, for the other ranks), else the recipe's."""
+    tokenizer = None  # the recipe's, from the prepared cache
+    if tokenizer_json:
+        tokenizer = Tokenizer.from_str(tokenizer_json)
+    elif saved is not None and saved.is_file():
+        tokenizer = Tokenizer.load(saved)
+    data = TextDataModule(recipe, tokenizer, show_progress=progress)
+    data.setup("fit")
+    return data
 
 
 def show_progress() -> bool:
