@@ -23,8 +23,10 @@ speed-up bf16 could reach on this CPU if it sped up only the matrix products.
 Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``. ``--decode CKPT`` instead
 runs ``normzoo evaluate`` of a translation checkpoint on test2016 in fp32 and with ``--bf16``
 (beam 5 and greedy): BLEU, the sentences translated differently and the wall time, in
-``precision-decode-cpu.md``. The kernels are ``precision_kernels.py``'s, the decoding
-``precision_decode.py``'s.
+``precision-decode-cpu.md``. ``--compile`` instead pairs bf16-mixed eager with
+``trainer.compile=true`` (``precision-compile-cpu.md``). The kernels are
+``precision_kernels.py``'s, the decoding ``precision_decode.py``'s, the compile pairing's report
+``precision_compile.py``'s.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
 from common import MULTI30K, REPO, RESULTS, machine, machine_lines, table, write_report
+from precision_compile import ARMS, compile_report, load_average, summarise_compile
 from precision_decode import decoding_report, measure_decoding
 from precision_kernels import measure_gemm, measure_kernels
 
@@ -54,9 +57,10 @@ SKIP = 10  # warm-up steps left out of the throughput
 # -- training through normzoo train -----------------------------------------------------------
 
 
-def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Path) -> dict:
+def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Path,
+               extra: tuple[str, ...] = ()) -> dict:
     command = [sys.executable, "-m", "normzoo", "train", str(RECIPE), f"data.dir={data}",
-               f"trainer.precision={precision}", f"trainer.max_steps={steps}",
+               *extra, f"trainer.precision={precision}", f"trainer.max_steps={steps}",
                f"trainer.val_every_steps={steps}", "trainer.log_every_steps=1",
                "trainer.loggers=[csv]", "eval.beam=1", f"run.dir={run_dir}", "--force"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
@@ -72,23 +76,30 @@ def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Pa
     first = next(p for p in progress if p[0] >= SKIP)
     last = progress[-1]
     val = [float(r["val/loss"]) for r in rows if r.get("val/loss")]
-    return {"precision": precision,
+    compiles = [float(r["compile/compiles"]) for r in rows if r.get("compile/compiles")]
+    return {"precision": precision, "compiles": int(compiles[-1]) if compiles else None,
             "tokens_per_s": (last[1] - first[1]) / (last[2] - first[2]),
             "steps_timed": last[0] - first[0], "val_loss": val[-1],
             "wall_s": round(time.perf_counter() - started, 1)}
 
 
 def measure_training(args: argparse.Namespace) -> list[dict]:
+    """``--pairs`` pairs of runs taking turns at going first: fp32 and bf16-mixed, or with
+    ``--compile`` bf16-mixed eager and compiled (:data:`precision_compile.ARMS`)."""
+    arms = ARMS if args.compile else {p: (p, ()) for p in PRECISIONS}
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
-            order = PRECISIONS if pair % 2 == 0 else PRECISIONS[::-1]
-            for precision in order:
+            order = list(arms) if pair % 2 == 0 else list(arms)[::-1]
+            for arm in order:
+                precision, extra = arms[arm]
+                load = load_average()
                 result = train_once(precision, args.steps, args.threads, args.data,
-                                    Path(tmp) / f"{precision}-{pair}")
-                result["pair"] = pair
-                print(f"pair {pair} {precision}: {result['tokens_per_s']:,.0f} tokens/s, "
-                      f"val loss {result['val_loss']:.4f}", file=sys.stderr)
+                                    Path(tmp) / f"{arm}-{pair}", extra)
+                result.update(pair=pair, arm=arm, load=load)
+                print(f"pair {pair} {arm}: {result['tokens_per_s']:,.0f} tokens/s, "
+                      f"val loss {result['val_loss']:.4f}, wall {result['wall_s']:.0f} s",
+                      file=sys.stderr)
                 runs.append(result)
     return runs
 
@@ -227,6 +238,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, default=MULTI30K)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--kernels-only", action="store_true")
+    parser.add_argument("--compile", action="store_true",
+                        help="instead: bf16-mixed eager against trainer.compile, in pairs")
     parser.add_argument("--decode", type=Path, default=None, metavar="CKPT",
                         help="instead: compare evaluate in fp32 and --bf16 on this checkpoint")
     return parser.parse_args(argv)
@@ -243,6 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or RESULTS / "precision-decode-cpu.md"
         write_report(out, decoding_report(args.decode, info, rows),
                      {"machine": info, "checkpoint": str(args.decode), "rows": rows})
+        print(out.read_text())
+        return 0
+    if args.compile:
+        runs = measure_training(args)
+        out = args.out or RESULTS / "precision-compile-cpu.md"
+        summary = summarise_compile(runs)
+        write_report(out, compile_report(args, info, runs, summary),
+                     {"machine": info, "steps": args.steps, "runs": runs, "summary": summary})
         print(out.read_text())
         return 0
     kernels, gemm = measure_kernels(), measure_gemm()

@@ -1,4 +1,4 @@
-"""The opt-in ``trainer.compile``: the compiled model trains like the eager one (slow: compiling
+"""The opt-in ``trainer.compile``: the compiled step trains like the eager one (slow: compiling
 on a CPU takes about a minute)."""
 
 from __future__ import annotations
@@ -22,25 +22,33 @@ def task(compile_mode: bool | str) -> TranslationTask:
     return TranslationTask(recipe, vocab_size=50)
 
 
-def test_compile_is_off_by_default_and_compiles_in_place_when_asked():
-    assert task(False).model._compiled_call_impl is None
-    assert task(True).model._compiled_call_impl is not None
-    compiled = task("default")
-    assert compiled.model._compiled_call_impl is not None
-    # In place: the weights keep their names, so checkpoints load into an eager model.
-    assert compiled.model.state_dict().keys() == task(False).model.state_dict().keys()
+def test_compile_is_off_by_default_and_compiles_the_loss_when_asked():
+    """The model and its loss compile as one region (``NormzooTask.step_terms``); the model
+    itself is left as it is, so its weights keep their names and checkpoints load into an
+    eager model."""
+    assert task(False)._compiled is None
+    for mode in (True, "default"):
+        compiled = task(mode)
+        assert compiled._compiled is not None
+        assert compiled.model._compiled_call_impl is None
+        assert compiled.model.state_dict().keys() == task(False).model.state_dict().keys()
 
 
 @pytest.mark.slow
-def test_the_compiled_model_computes_what_the_eager_one_does():
+def test_the_compiled_step_computes_what_the_eager_one_does():
+    """Through inductor (tests/test_compile_buckets.py traces with the eager backend)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
     eager, compiled = task(False), task("default")
     compiled.model.load_state_dict(eager.model.state_dict())
-    for shape in ((3, 7, 5), (2, 9, 6)):  # dynamic shapes: a new batch shape, no recompile error
+    for shape in ((3, 7, 5), (2, 9, 6), (4, 20, 18)):  # new lengths, padded or not: one graph
         src = torch.randint(4, 50, shape[:2])
-        tgt = torch.randint(4, 50, (shape[0], shape[2]))
-        batch = {"src": src, "tgt_in": tgt}
-        torch.testing.assert_close(compiled.logits(batch), eager.logits(batch),
-                                   rtol=1e-4, atol=1e-4)
+        tgt = torch.randint(4, 50, (shape[0], shape[2] + 1))
+        batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+        torch.testing.assert_close(compiled.step_terms(batch, 0.1).loss_sum,
+                                   eager.loss_terms(batch, 0.1).loss_sum, rtol=1e-4, atol=1e-4)
+    assert compiled._compiles.compiles == 1
 
 
 @pytest.mark.parametrize("task_name", ["translation", "mlm", "causal_lm"])

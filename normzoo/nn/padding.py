@@ -18,13 +18,23 @@ from contextlib import contextmanager
 
 import torch
 
-_published = threading.local()  # .mask: this thread's published mask, if any
+
+class _Published(threading.local):
+    """This thread's published mask, None from the thread's first use (threading.local runs
+    ``__init__`` once per thread): TorchDynamo guards on whether the attribute exists, and
+    compiled the model a second time once the first forward had set it."""
+
+    def __init__(self) -> None:
+        self.mask: torch.Tensor | None = None
+
+
+_published = _Published()
 
 
 @contextmanager
 def padding_mask_context(mask: torch.Tensor | None) -> Iterator[None]:
     """Publish ``mask`` (bool ``[batch, time]``, True = padding) while the block runs."""
-    outer = getattr(_published, "mask", None)  # a stack inside a stack restores the outer one
+    outer = _published.mask  # a stack inside a stack restores the outer one
     _published.mask = mask
     try:
         yield
@@ -34,4 +44,4 @@ def padding_mask_context(mask: torch.Tensor | None) -> Iterator[None]:
 
 def current_padding_mask() -> torch.Tensor | None:
     """The mask published by the enclosing stack, or None outside one."""
-    return getattr(_published, "mask", None)
+    return _published.mask

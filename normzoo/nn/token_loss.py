@@ -34,10 +34,13 @@ def token_terms(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int
     """Cross-entropy of ``logits`` (computed in fp32, a block of rows at a time: bf16 logits
     are never copied whole to fp32) against ``labels``, skipping ``ignore_index`` (padding, or
     the positions an MLM does not predict)."""
-    if logits.device.type == "cpu":
+    # Under torch.compile (trainer.compile) the fused kernels too: the blocked loop's trip count
+    # is the batch's token count, a new graph for every batch, and inductor fuses
+    # F.cross_entropy's passes over the logits itself.
+    if logits.device.type == "cpu" and not torch.compiler.is_compiling():
         loss_sum = smoothed_cross_entropy_sum(logits.flatten(0, 1), labels.flatten(),
                                               ignore_index=ignore_index, smoothing=smoothing)
-    else:  # a GPU's fused kernels; the blocked loop would launch kernels per block
+    else:  # a GPU's fused kernels; the blocked loop would launch kernels per block there
         loss_sum = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(),
                                    ignore_index=ignore_index, label_smoothing=smoothing,
                                    reduction="sum")

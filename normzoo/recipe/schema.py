@@ -180,6 +180,14 @@ class TrainerConfig(_Section):
         description="torch.compile the model's forward: true (= 'default') or a mode "
         "(opt-in: compiling takes minutes and pays off only on long runs)",
     )
+    # 1 by default: the compiled step takes every length in one dynamic graph, and padding
+    # to 16 cost a third more time on Multi30k (docs/benchmarks.md); for modes where each
+    # shape costs a graph of its own (CUDA graphs under reduce-overhead).
+    compile_pad_multiple: int = Field(
+        default=1, ge=1, le=1024,
+        description="with compile: pad each batch's lengths up to a multiple of this, so a run "
+        "sees a few shapes (padding is masked: the loss is unchanged); 1: no padding",
+    )
 
     @field_validator("max_time")
     @classmethod

@@ -13,7 +13,9 @@ A checkpoint holds only plain data (dicts, strings, tensors) so that it loads wi
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -27,7 +29,12 @@ from normzoo.checkpoints import rng_state as rng
 from normzoo.models import assemble
 from normzoo.nn.token_loss import LossTerms
 from normzoo.recipe import Recipe
+from normzoo.tasks.compiled import CompileCount, compile_step, pad_lengths
 from normzoo.tasks.optim import GROUP_NAMES, build_optimizer
+
+# Compiles a run may make without a word on stderr: training's graph, validation's, and a
+# batch of one sentence (TorchDynamo specialises a dimension of size 1).
+EXPECTED_COMPILES = 4
 
 
 def sentences(batch: dict[str, Any]) -> int:
@@ -47,6 +54,9 @@ class NormzooTask(L.LightningModule):
     # Label smoothing is a training-time regulariser of translation; the LM tasks train on the
     # plain cross-entropy, as BERT and GPT do.
     smooths_labels = False
+    # The [batch, time] tensors the loss reads, and the value padding takes in each: what
+    # trainer.compile pads to a few lengths (compiled.pad_lengths).
+    loss_inputs: ClassVar[dict[str, int]] = {}
 
     def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:
         super().__init__()
@@ -55,10 +65,13 @@ class NormzooTask(L.LightningModule):
         self.save_hyperparameters({"recipe": recipe.to_dict(), "vocab_size": vocab_size})
         self.recipe = recipe
         self.model = assemble(recipe.model, vocab_size=vocab_size)
+        # trainer.compile: the loss of a batch (model and loss, one region) compiled, not the
+        # model, so checkpoint keys stay unprefixed; decoding calls encode/decode, left eager.
+        self._compiled: Callable[..., LossTerms] | None = None
+        self._compiles: CompileCount | None = None
         if mode := self.recipe.trainer.compile:
-            # In place, so checkpoint keys stay unprefixed; dynamic, because token-budget
-            # batches change shape every step. Decoding calls encode/decode, left eager.
-            self.model.compile(mode="default" if mode is True else mode, dynamic=True)
+            self._compiled = compile_step(self.loss_terms, mode)
+            self._compiles = CompileCount()
         self.tokenizer_json = tokenizer_json
         # Training FLOPs per token, measured on this process's first batch (see flops_per_batch);
         # None until measured, or where the model cannot be measured.
@@ -78,6 +91,33 @@ class NormzooTask(L.LightningModule):
     def loss_terms(self, batch: dict[str, Any], smoothing: float = 0.0) -> LossTerms:
         """Summed token loss of ``batch`` (label-smoothed by ``smoothing``) and its count."""
         raise NotImplementedError
+
+    def step_terms(self, batch: dict[str, Any], smoothing: float = 0.0) -> LossTerms:
+        """:meth:`loss_terms` as training and validation compute it: under ``trainer.compile``
+        through the compiled region, on the loss's inputs padded to a multiple of
+        ``trainer.compile_pad_multiple`` (the loss and its count unchanged:
+        :mod:`normzoo.tasks.compiled`); eager otherwise."""
+        if self._compiled is None:
+            return self.loss_terms(batch, smoothing)
+        inputs = pad_lengths(batch, self.loss_inputs, self.recipe.trainer.compile_pad_multiple,
+                             self.recipe.model.max_positions)
+        return self._compiled(inputs, smoothing)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Under ``trainer.compile``, log ``compile/compiles`` (TorchDynamo's compiles in this
+        process so far), and say on stderr why the model compiled again once it has compiled
+        more than a handful of times: each compile costs seconds to minutes, and one per batch
+        means the run pays compiling for nothing."""
+        if self._compiles is None:
+            return
+        fresh, reasons = self._compiles.new_since()
+        total = self._compiles.compiles
+        self.log("compile/compiles", float(total), on_step=True, on_epoch=False,
+                 batch_size=sentences(batch))
+        if fresh and total > EXPECTED_COMPILES and self.trainer.is_global_zero:
+            why = "; ".join(line.strip() for line in reasons) or "TorchDynamo gave no reason"
+            print(f"trainer.compile: compiled again at step {self.trainer.global_step} "
+                  f"({total} compiles so far): {why}", file=sys.stderr)
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> None:
         # A scheme that sets state from data (Admin ``init: profiled``) sees the first training
@@ -158,7 +198,7 @@ class NormzooTask(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
-        terms = self.loss_terms(batch, smoothing)
+        terms = self.step_terms(batch, smoothing)
         self.last_loss = terms.mean.detach()
         self._log_interval_loss(terms, batch)
         self._batch_tokens = tokens(batch)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torchmetrics import MeanMetric
 
+from normzoo.data.tokenizer import PAD
 from normzoo.nn.token_loss import LossTerms, token_terms
 from normzoo.recipe import Recipe
 from normzoo.tasks.base import NormzooTask
@@ -14,6 +15,8 @@ from normzoo.tasks.base import NormzooTask
 
 class _TokenPrediction(NormzooTask):
     """Cross-entropy on the positions whose label is not -100."""
+
+    loss_inputs: ClassVar[dict[str, int]] = {"tokens": PAD, "labels": -100}
 
     def logits(self, batch: dict[str, Any]) -> torch.Tensor:
         return self.model(batch["tokens"])
@@ -38,7 +41,7 @@ class MaskedLMTask(_TokenPrediction):
     """BERT-style masked LM; validation reports loss and accuracy on the masked positions."""
 
     def log_metrics(self, batch: dict[str, Any], stage: str) -> None:
-        terms = self.loss_terms(batch)
+        terms = self.step_terms(batch)
         assert terms.correct is not None
         n = int(terms.tokens)
         self.log(f"{stage}/loss", terms.mean, prog_bar=True, sync_dist=True, batch_size=n)
@@ -56,7 +59,7 @@ class CausalLMTask(_TokenPrediction):
 
     def log_metrics(self, batch: dict[str, Any], stage: str) -> None:
         nll = self.val_nll if stage == "val" else self.test_nll
-        terms = self.loss_terms(batch)
+        terms = self.step_terms(batch)
         nll.update(terms.mean.detach(), terms.tokens)
         self.log(f"{stage}/loss", nll, prog_bar=True)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -18,6 +18,7 @@ class TranslationTask(NormzooTask):
     """Trains a :class:`~normzoo.models.Seq2SeqModel`; ``references`` come from the data module."""
 
     smooths_labels = True
+    loss_inputs: ClassVar[dict[str, int]] = {"src": PAD, "tgt_in": PAD, "tgt_out": PAD}
 
     def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:
         super().__init__(recipe, vocab_size, tokenizer_json)
@@ -43,7 +44,7 @@ class TranslationTask(NormzooTask):
         self._hyps = {}
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self.log("val/loss", self.loss_terms(batch).mean, prog_bar=True, sync_dist=True,
+        self.log("val/loss", self.step_terms(batch).mean, prog_bar=True, sync_dist=True,
                  batch_size=batch["ntokens"])
         limit = self.recipe.eval.valid_bleu_limit
         if not self.recipe.eval.valid_bleu or not self.valid_references:

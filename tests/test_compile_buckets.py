@@ -1,0 +1,135 @@
+"""``trainer.compile``'s step (:mod:`normzoo.tasks.compiled`): each batch's lengths padded to
+a multiple of ``trainer.compile_pad_multiple`` without changing the loss, the loss compiled
+with the model, and the compiles a run makes counted, logged and explained.
+
+TorchDynamo traces here with the "eager" backend: the same guards, graphs and compiles as
+inductor, without its minute of C++ generation per graph on a CPU."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny
+
+from normzoo.errors import ConfigError
+from normzoo.recipe import from_dict
+from normzoo.tasks import base, compiled, task_class
+from normzoo.tasks.compiled import pad_lengths, padded_length
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+SMALL = {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.0}
+MODELS = {  # dropout 0: a padded batch draws other dropout masks, as any other shape would
+    "translation": {**SMALL, "encoder_layers": 1, "decoder_layers": 1},
+    "mlm": {**SMALL, "encoder_layers": 2, "norm": "rmsnorm"},
+    # Masked BatchNorm's statistics skip padding (an encoder's only: a decoder refuses it).
+    "mlm-batchnorm": {**SMALL, "encoder_layers": 2, "norm": "batchnorm"},
+    "causal_lm": {**SMALL, "decoder_layers": 2, "positions": "rope", "norm": "rmsnorm"},
+}
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    """Compile with TorchDynamo's eager backend, from an empty cache."""
+    import torch._dynamo
+
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def make(name: str, **trainer):
+    task_name = name.split("-")[0]
+    recipe = from_dict({"task": task_name, "model": MODELS[name], "trainer": trainer})
+    torch.manual_seed(0)
+    return task_class(task_name)(recipe, 50).train()
+
+
+def batch_for(task_name: str, rows: int = 3, length: int = 11) -> dict:
+    torch.manual_seed(1)
+    tokens = torch.randint(4, 50, (rows, length))
+    tokens[0, length - 4:] = 0  # a shorter sentence: padding inside the batch already
+    if task_name == "translation":
+        target = torch.randint(4, 50, (rows, length - 2))
+        target[1, 3:] = 0
+        return {"src": tokens, "tgt_in": target[:, :-1], "tgt_out": target[:, 1:],
+                "ntokens": 7}
+    labels = torch.where(tokens > 0, tokens, -100)
+    if task_name == "mlm":
+        labels[:, ::2] = -100  # the positions an MLM does not predict
+    return {"tokens": tokens, "labels": labels, "ntokens": 7}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_padding_to_a_multiple_changes_neither_the_loss_nor_the_gradients(name: str):
+    task = make(name)
+    batch = batch_for(name.split("-")[0])
+    padded = pad_lengths(batch, task.loss_inputs, 16, 1024)
+    assert {t.shape[1] for t in padded.values()} == {16}
+    assert "ntokens" not in padded  # host-side counts stay out of the compiled region
+
+    def loss_and_grads(inputs):
+        task.zero_grad()
+        terms = task.loss_terms(inputs, 0.1)
+        terms.loss_sum.backward()
+        return terms, [p.grad.clone() for p in task.parameters() if p.grad is not None]
+
+    plain, plain_grads = loss_and_grads(batch)
+    terms, grads = loss_and_grads(padded)
+    assert int(terms.tokens) == int(plain.tokens)
+    torch.testing.assert_close(terms.loss_sum, plain.loss_sum, rtol=1e-6, atol=1e-5)
+    assert len(grads) == len(plain_grads)
+    for grad, expected in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_padded_length_stays_within_the_positions_and_never_shrinks():
+    assert [padded_length(n, 16, 1024) for n in (1, 16, 17, 59)] == [16, 16, 32, 64]
+    assert padded_length(60, 16, 62) == 62  # a learned table has no row 62
+    assert padded_length(70, 16, 64) == 70  # too long already: the model says so, not this
+    assert padded_length(37, 1, 1024) == 37  # 1: no padding
+
+
+@pytest.mark.parametrize("value", [0, -16, 4096, "wide", 1.5])
+def test_the_pad_multiple_is_checked_with_the_recipe(value):
+    with pytest.raises(ConfigError, match=r"trainer\.compile_pad_multiple"):
+        from_dict({"trainer": {"compile": True, "compile_pad_multiple": value}})
+    assert from_dict({}).trainer.compile_pad_multiple == 1
+
+
+def test_the_compiled_step_computes_the_eager_loss_on_a_few_shapes(traced):
+    """Model and loss compile together (the model itself stays uncompiled, so checkpoint keys
+    keep their names), and batches of new lengths compile nothing new."""
+    eager, task = make("translation"), make("translation", compile=True)
+    assert task.model._compiled_call_impl is None
+    assert task.model.state_dict().keys() == eager.model.state_dict().keys()
+    for rows, length in ((3, 11), (5, 9), (2, 14), (4, 20)):
+        batch = batch_for("translation", rows, length)
+        torch.testing.assert_close(task.step_terms(batch, 0.1).loss_sum,
+                                   eager.loss_terms(batch, 0.1).loss_sum, rtol=1e-6, atol=1e-5)
+    assert task._compiles.compiles == 1
+
+
+def test_a_compiled_run_logs_its_compiles_and_says_why_past_the_expected(
+        tmp_path: Path, monkeypatch, capfd, traced):
+    from normzoo.run import training as train
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    # Training's graph is expected; validation's (eval mode, no gradients) is one more, and
+    # with nothing more expected it is reported, with TorchDynamo's reason.
+    monkeypatch.setattr(base, "EXPECTED_COMPILES", 1)
+    recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            trainer={"max_steps": 8, "val_every_steps": 4, "log_every_steps": 1,
+                                     "compile": True, "compile_pad_multiple": 16,
+                                     "loggers": ["csv"]}))
+    train.run(recipe, "tiny.yaml")
+    with open(tmp_path / "run" / "logs" / "csv" / "metrics.csv", newline="") as f:
+        logged = [float(r["compile/compiles"]) for r in csv.DictReader(f)
+                  if r.get("compile/compiles")]
+    assert len(logged) == 8
+    assert logged[0] >= 1 and logged[-1] <= base.EXPECTED_COMPILES + 2
+    assert "trainer.compile: compiled again at step" in capfd.readouterr().err
