@@ -78,6 +78,6 @@ def compile_report(args: argparse.Namespace, info: dict, runs: list[dict],
               "(training's graph, validation's, and any batch of one sentence).",
               f"- Validation loss at step {args.steps}: compiled "
               f"{summary['val_loss']['compiled']:.4f}, eager {summary['val_loss']['eager']:.4f} "
-              f"({summary['val_loss_diff_pct']:+.2f}%; both bf16, the compiled run on "
-              "lengths padded to a multiple of 16 and with other dropout masks)."]
+              f"({summary['val_loss_diff_pct']:+.2f}%; both bf16; inductor draws the compiled "
+              "run's dropout masks with its own generator)."]
     return lines
