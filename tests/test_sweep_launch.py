@@ -132,9 +132,15 @@ def test_a_ctrl_c_while_a_job_starts_still_stops_that_job(tmp_path: Path, monkey
         return job
 
     monkeypatch.setattr(submitit.LocalExecutor, "submit", submit_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt):
-        launch.run_cells([{"seed": "1"}], _slow_cell(tmp_path), tmp_path / "sweep", jobs=2,
-                         poll_s=0.1)
+    # As at a terminal, whatever started pytest: a shell's background job (`cmd &`, CI
+    # scripts) inherits SIGINT ignored, which a sweep keeps ignoring (the next test).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch.run_cells([{"seed": "1"}], _slow_cell(tmp_path), tmp_path / "sweep",
+                             jobs=2, poll_s=0.1)
+    finally:
+        signal.signal(signal.SIGINT, before)
     # run_cells returned only once the job had ended: no process is left to finish the cell.
     folder = str(tmp_path / "sweep" / ".submitit")
     assert not [cmdline for cmdline in _command_lines() if folder in cmdline]
