@@ -25,7 +25,7 @@ from normzoo.errors import RuntimeFailure
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
 from normzoo.run.callbacks import HistoryCSVLogger
-from normzoo.run.history import BEFORE_RESUME, read_metrics, resume_history
+from normzoo.run.history import read_metrics, resume_history
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -94,7 +94,6 @@ def test_extending_a_finished_language_model_keeps_every_row_and_validates_at_th
     assert step_of(checkpoints / "last.ckpt") == 11
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 11 and summary["status"] == "completed"
-    assert not (run_dir / "logs" / "csv" / BEFORE_RESUME).exists()
 
 
 def test_translation_validates_and_saves_at_a_max_steps_between_validations(
@@ -168,11 +167,9 @@ def test_a_failed_rewrite_leaves_the_file_whole(tmp_path: Path,
 
 def test_resume_history_keeps_the_rows_before_the_checkpoint_each_once(tmp_path: Path):
     path = tmp_path / "metrics.csv"
-    # A leftover of the old scheme (the same rows again), a row after the checkpoint, and a
-    # last line torn by a kill mid-write.
-    (tmp_path / BEFORE_RESUME).write_text("step,train/loss\n0,5.0\n1,4.0\n")
-    path.write_text("step,train/loss,val/loss\n0,5.0,\n1,4.0,\n1,,3.9\n2,3.5,\n1,3.")
+    # A row written twice, a row after the checkpoint, and a last line torn by a kill
+    # mid-write.
+    path.write_text("step,train/loss,val/loss\n0,5.0,\n1,4.0,\n1,4.0,\n1,,3.9\n2,3.5,\n1,3.")
     assert resume_history(path, 2) == 3
     assert path.read_text().splitlines() == ["step,train/loss,val/loss", "0,5.0,", "1,4.0,",
                                              "1,,3.9"]
-    assert not (tmp_path / BEFORE_RESUME).exists()

@@ -21,9 +21,11 @@ from typing import Any
 
 from normzoo.io.atomic import atomic_write_text
 
-# Where normzoo before this version kept the earlier rows during a resumed run; read once more
-# (a run stopped under that version), then removed.
-BEFORE_RESUME = "metrics.before-resume.csv"
+
+def metrics_path(run_dir: Path) -> Path:
+    """A run's ``metrics.csv``, where its CSV logger writes it
+    (:class:`~normzoo.run.callbacks.logs.HistoryCSVLogger` under ``logs/``)."""
+    return run_dir / "logs" / "csv" / "metrics.csv"
 
 
 def read_metrics(path: Path) -> list[dict[str, str]]:
@@ -84,8 +86,7 @@ def trim_history(rows: list[dict[str, str]], resumed_step: int) -> list[dict[str
 
     Rows at or after it are redone by the resumed run: the steps after the checkpoint, and the
     earlier process's final validation and test, which the resumed run's own replace. A row
-    can appear twice (the same row in a leftover ``metrics.before-resume.csv``); a row without
-    a readable step is damaged.
+    written twice is kept once; a row without a readable step is damaged.
     """
     kept: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
     for row in rows:
@@ -118,12 +119,10 @@ def resume_history(metrics_file: Path, resumed_step: int) -> int:
     The header is the earlier rows' fields; the resumed run's logger widens it when it logs a
     metric the earlier process did not (:class:`~normzoo.run.callbacks.logs.HistoryCSVLogger`).
     """
-    earlier = metrics_file.with_name(BEFORE_RESUME)
-    rows = trim_history(_whole_rows(earlier) + _whole_rows(metrics_file), resumed_step)
+    rows = trim_history(_whole_rows(metrics_file), resumed_step)
     if rows:
         write_metrics(metrics_file, rows)
     else:
         metrics_file.unlink(missing_ok=True)
-    earlier.unlink(missing_ok=True)  # only once its rows are in metrics_file
     return len(rows)
 

@@ -34,7 +34,7 @@ from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
 from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.hardware import describe
-from normzoo.run.history import last_validation, resume_history
+from normzoo.run.history import last_validation, metrics_path, resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.machine import for_this_machine
 from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
@@ -129,7 +129,7 @@ class TrainingRun:
         self.trainer.loggers = build_loggers(self.recipe, self.run_dir)
         self.task = self._built_task(tokenizer)
         if self.ckpt_path is not None and self.rank == 0:  # last: the CSV logger appends to it
-            resume_history(self.run_dir / "logs" / "csv" / "metrics.csv", self.resumed_step)
+            resume_history(metrics_path(self.run_dir), self.resumed_step)
 
     def fit(self) -> None:
         """``trainer.fit``, then the final state saved. A stop signal, a divergence or a
@@ -174,7 +174,7 @@ class TrainingRun:
                 # A run resumed at its end (its test was stopped) validated nothing here.
                 validation = {k: float(v) for k, v in trainer.callback_metrics.items()
                               if k.startswith("val/")} or last_validation(
-                                  self.run_dir / "logs" / "csv" / "metrics.csv")
+                                  metrics_path(self.run_dir))
                 test = test_translation(recipe, self.task, self.data, trainer)
             else:
                 validation, test = test_language_model(recipe, self.task, self.data, trainer)

@@ -21,7 +21,7 @@ from matplotlib.ticker import LogFormatter
 
 from normzoo.io.atomic import save_figure
 from normzoo.recipe.grid import label
-from normzoo.run.history import read_metrics
+from normzoo.run.history import metrics_path, read_metrics
 
 TRAIN_LOSS = "train/loss"  # already the token mean over each logging interval (tasks/base.py)
 VAL_LOSS = "val/loss"
@@ -98,7 +98,7 @@ def loss_curves_figure(rows: list[dict[str, Any]], keys: list[str], out: Path) -
     for row in rows:
         ax = axes[panel_rows.index(_combo(row, row_keys)), panel_cols.index(_combo(row, col_keys))]
         colour = f"C{values.index(row[line_key]) % 10}"
-        logged = read_metrics(out / row["cell"] / "logs" / "csv" / "metrics.csv")
+        logged = read_metrics(metrics_path(out / row["cell"]))
         train, val = _points(logged, TRAIN_LOSS), _points(logged, VAL_LOSS)
         notes = [divergence_text(row)] if diverged(row) else []
         if not train and not val:

@@ -38,11 +38,10 @@ FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train
 
 def final_train_loss(run_dir: Path) -> float | None:
     """The last ``train/loss`` logged: the token mean over the last logging interval."""
-    path = run_dir / "logs" / "csv" / "metrics.csv"
-    if not path.is_file():
-        return None
-    with open(path, newline="", encoding="utf-8") as f:
-        losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+    from normzoo.run.history import metrics_path, read_metrics
+
+    losses = [float(row["train/loss"]) for row in read_metrics(metrics_path(run_dir))
+              if row.get("train/loss")]
     return losses[-1] if losses else None
 
 
