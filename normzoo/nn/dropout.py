@@ -36,10 +36,12 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return F.dropout(x, p, training)
     n = x.numel()
     words = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64)
-    keep = (words.view(torch.int16)[:n].view(x.shape) >= keep_threshold(p)).to(x.dtype)
+    # A boolean mask, promoted inside each product rather than cast to x's dtype first: the
+    # cast was one more pass over a tensor of x's size (and a mask saved at twice the bytes).
+    keep = words.view(torch.int16)[:n].view(x.shape) >= keep_threshold(p)
     scale = 1.0 / (1.0 - p)
     if x.dtype == torch.float32:
-        return x * keep.mul_(scale)  # one product with a float32 mask: the fastest form
+        return x * (keep * scale)  # one product with a float32 mask: the fastest form
     # In bf16/fp16 a mask holding the scale would round it (1/0.9 to 1.109 in bf16), so
     # every element is scaled by the exact float instead.
     return (x * keep).mul_(scale)
