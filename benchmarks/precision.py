@@ -24,7 +24,9 @@ Writes ``benchmarks/results/precision-<device>.md`` and its ``.json``. ``--decod
 runs ``normzoo evaluate`` of a translation checkpoint on test2016 in fp32 and with ``--bf16``
 (beam 5 and greedy): BLEU, the sentences translated differently and the wall time, in
 ``precision-decode-cpu.md``. ``--compile`` instead pairs bf16-mixed eager with
-``trainer.compile=true`` (``precision-compile-cpu.md``). The kernels are
+``trainer.compile=true`` (``precision-compile-cpu.md``); ``--allocator`` each precision with
+glibc's ``malloc`` as it is against freed memory kept for reuse (``precision-allocator-cpu.md``,
+``normzoo.run.allocator``). The kernels are
 ``precision_kernels.py``'s, the decoding ``precision_decode.py``'s, the compile pairing's report
 ``precision_compile.py``'s.
 """
@@ -44,6 +46,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
 from common import MULTI30K, REPO, RESULTS, machine, machine_lines, table, write_report
+from precision_allocator import ARMS as ALLOCATOR_ARMS
+from precision_allocator import allocator_report, summarise_allocator
 from precision_compile import ARMS, compile_report, load_average, summarise_compile
 from precision_decode import decoding_report, measure_decoding
 from precision_kernels import measure_gemm, measure_kernels
@@ -58,17 +62,23 @@ SKIP = 10  # warm-up steps left out of the throughput
 
 
 def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Path,
-               extra: tuple[str, ...] = ()) -> dict:
+               extra: tuple[str, ...] = (), env_extra: dict[str, str] | None = None) -> dict:
     command = [sys.executable, "-m", "normzoo", "train", str(RECIPE), f"data.dir={data}",
                *extra, f"trainer.precision={precision}", f"trainer.max_steps={steps}",
                f"trainer.val_every_steps={steps}", "trainer.log_every_steps=1",
                "trainer.loggers=[csv]", "eval.beam=1", f"run.dir={run_dir}", "--force"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           **(env_extra or {})}
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
-    if done.returncode != 0:
-        raise SystemExit(f"normzoo train ({precision}) exited {done.returncode}:\n"
-                         f"{done.stderr[-3000:]}")
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                 cwd=REPO)
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own peak memory
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"normzoo train ({precision}) exited {child.returncode}:\n"
+                             f"{err.read()[-3000:]}")
     with open(run_dir / "logs" / "csv" / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     progress = [(int(r["step"]), float(r["train/lengths"]), float(r["train/time"]))
@@ -80,22 +90,28 @@ def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Pa
     return {"precision": precision, "compiles": int(compiles[-1]) if compiles else None,
             "tokens_per_s": (last[1] - first[1]) / (last[2] - first[2]),
             "steps_timed": last[0] - first[0], "val_loss": val[-1],
-            "wall_s": round(time.perf_counter() - started, 1)}
+            "wall_s": round(time.perf_counter() - started, 1),
+            "peak_rss_mb": round(usage.ru_maxrss / 1024)}  # Linux: kB
 
 
 def measure_training(args: argparse.Namespace) -> list[dict]:
-    """``--pairs`` pairs of runs taking turns at going first: fp32 and bf16-mixed, or with
-    ``--compile`` bf16-mixed eager and compiled (:data:`precision_compile.ARMS`)."""
-    arms = ARMS if args.compile else {p: (p, ()) for p in PRECISIONS}
+    """``--pairs`` rounds of runs taking turns at going first: fp32 and bf16-mixed, with
+    ``--compile`` bf16-mixed eager and compiled (:data:`precision_compile.ARMS`), with
+    ``--allocator`` each precision with and without ``normzoo.run.allocator``
+    (:data:`precision_allocator.ARMS`)."""
+    arms = (ARMS if args.compile else ALLOCATOR_ARMS if args.allocator
+            else {p: (p, (), {}) for p in PRECISIONS})
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
-            order = list(arms) if pair % 2 == 0 else list(arms)[::-1]
-            for arm in order:
-                precision, extra = arms[arm]
+            names = list(arms)
+            shift = pair % len(names)  # each arm takes its turn at going first
+            for arm in names[shift:] + names[:shift]:
+                precision, extra, env_extra = arms[arm]
                 load = load_average()
                 result = train_once(precision, args.steps, args.threads, args.data,
-                                    Path(tmp) / f"{arm}-{pair}", extra)
+                                    Path(tmp) / f"{arm}-{pair}".replace(" ", "-"), extra,
+                                    env_extra)
                 result.update(pair=pair, arm=arm, load=load)
                 print(f"pair {pair} {arm}: {result['tokens_per_s']:,.0f} tokens/s, "
                       f"val loss {result['val_loss']:.4f}, wall {result['wall_s']:.0f} s",
@@ -240,6 +256,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kernels-only", action="store_true")
     parser.add_argument("--compile", action="store_true",
                         help="instead: bf16-mixed eager against trainer.compile, in pairs")
+    parser.add_argument("--allocator", action="store_true",
+                        help="instead: each precision with glibc's malloc as it is against "
+                             "freed memory kept for reuse (normzoo.run.allocator)")
     parser.add_argument("--decode", type=Path, default=None, metavar="CKPT",
                         help="instead: compare evaluate in fp32 and --bf16 on this checkpoint")
     return parser.parse_args(argv)
@@ -249,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
+    from normzoo.run.allocator import keep_freed_memory
+
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # the kernels and the profiled step as a training run has them
     info = machine(args.threads)
     if args.decode is not None:
         rows = measure_decoding(args.decode, args.data, args.threads)
@@ -258,14 +280,18 @@ def main(argv: list[str] | None = None) -> int:
                      {"machine": info, "checkpoint": str(args.decode), "rows": rows})
         print(out.read_text())
         return 0
-    if args.compile:
-        runs = measure_training(args)
-        out = args.out or RESULTS / "precision-compile-cpu.md"
-        summary = summarise_compile(runs)
-        write_report(out, compile_report(args, info, runs, summary),
-                     {"machine": info, "steps": args.steps, "runs": runs, "summary": summary})
-        print(out.read_text())
-        return 0
+    paired = {"compile": ("precision-compile-cpu.md", summarise_compile, compile_report),
+              "allocator": ("precision-allocator-cpu.md", summarise_allocator, allocator_report)}
+    for mode, (name, summarise_runs, render) in paired.items():
+        if getattr(args, mode):
+            runs = measure_training(args)
+            out = args.out or RESULTS / name
+            summary = summarise_runs(runs)
+            write_report(out, render(args, info, runs, summary),
+                         {"machine": info, "steps": args.steps, "runs": runs,
+                          "summary": summary})
+            print(out.read_text())
+            return 0
     kernels, gemm = measure_kernels(), measure_gemm()
     breakdown = measure_breakdown(args.data)
     if args.kernels_only:

@@ -20,10 +20,10 @@ from common import machine_lines, table
 
 TARGET = 1.3  # issue 38: trainer.compile at least 1.3x eager in bf16 on the CPU
 
-# Each arm: its precision and the overrides that make it.
-ARMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "eager": ("bf16-mixed", ()),
-    "compiled": ("bf16-mixed", ("trainer.compile=true",)),
+# Each arm: its precision, the overrides that make it and its environment.
+ARMS: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
+    "eager": ("bf16-mixed", (), {}),
+    "compiled": ("bf16-mixed", ("trainer.compile=true",), {}),
 }
 
 

@@ -179,7 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     args.shown = "" if study else f" --recipe {args.recipe} {' '.join(args.overrides)}".rstrip()
     import torch
 
+    from normzoo.run.allocator import keep_freed_memory
+
     torch.set_num_threads(args.threads)
+    malloc = keep_freed_memory()  # as a training run on a CPU does (NORMZOO_CPU_MALLOC)
     results = {}
     for precision in args.precisions.split(","):
         results[precision] = profile_steps(precision, args.steps, args.recipe, args.overrides)
@@ -187,9 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     info = machine(args.threads)
     from normzoo.run.machine import _cpu_flags
 
-    info["amx"] = "amx_bf16" in _cpu_flags()
+    info["amx"], info["cpu_malloc"] = "amx_bf16" in _cpu_flags(), malloc
     lines = report(info, results, args)
-    lines[2] += f"; AMX: {'yes' if info['amx'] else 'no'}"
+    lines[2] += f"; AMX: {'yes' if info['amx'] else 'no'}; malloc: {malloc}"
     write_report(args.out, lines, {"machine": info, "steps": args.steps, "recipe": str(
         args.recipe_name), "overrides": args.overrides, "results": results})
     print(f"wrote {args.out}", file=sys.stderr)

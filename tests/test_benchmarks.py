@@ -131,3 +131,33 @@ def test_step_profile_splits_a_step_by_phase_and_category(tmp_path: Path):
         assert math.isclose(total, result["step_ms"], rel_tol=1e-9)
         assert sum(op["ms"] for op in result["ops"]) == pytest.approx(total)
     assert "| matrix products |" in text and "AMX:" in text and "--recipe" in text
+
+
+def test_precision_allocator_pairs_each_arm_going_first_and_reports_identical_losses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import precision
+    from precision_allocator import ARMS
+
+    calls = []
+
+    def fake_train(precision_, steps, threads, data, run_dir, extra=(), env_extra=None):
+        calls.append((precision_, dict(env_extra or {})))
+        fast = 1.1 if not env_extra else 1.0  # reuse is the arm without an environment
+        return {"precision": precision_, "compiles": None, "val_loss": 7.0,
+                "tokens_per_s": (3000.0 if precision_ == "32-true" else 6000.0) * fast,
+                "steps_timed": 50, "wall_s": 1.0, "peak_rss_mb": 900}
+
+    monkeypatch.setattr(precision, "train_once", fake_train)
+    args = precision.parse_args(["--allocator", "--pairs", "4", "--steps", "60"])
+    runs = precision.measure_training(args)
+    assert len(runs) == 16
+    firsts = [runs[i]["arm"] for i in range(0, 16, 4)]
+    assert sorted(firsts) == sorted(ARMS)  # every arm leads one round
+    assert {c[1].get("NORMZOO_CPU_MALLOC") for c in calls} == {"system", None}
+    summary = precision.summarise_allocator(runs)
+    assert summary["fp32_reuse_over_system"]["median"] == pytest.approx(1.1)
+    assert summary["bf16_over_fp32_reuse"] == pytest.approx(2.0)
+    info = {"cpu": "cpu", "cores": 2, "threads": 1, "gpu": None, "python": "3", "versions": {},
+            "date": "today"}
+    text = "\n".join(precision.allocator_report(args, info, runs, summary))
+    assert "fp32: reuse / system 1.10x" in text and "identical in every round" in text

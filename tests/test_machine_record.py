@@ -5,6 +5,7 @@ speeds differed 1.63x against 2.31x fp32 (benchmarks/results/precision-cpu.md)."
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,8 @@ def test_a_finished_run_records_its_machine(tiny_checkpoint: Path) -> None:
     summary = json.loads((tiny_checkpoint.parents[1] / "summary.json").read_text())
     assert summary["machine"]["cpu"] == machine.cpu_name()
     assert summary["machine"]["torch_threads"] == 1  # the fixture trains on one thread
+    expected = "reuse" if platform.libc_ver()[0] == "glibc" else "system"  # run.allocator
+    assert summary["machine"]["cpu_malloc"] == expected
 
 
 def test_the_record_says_what_the_cpu_has_not_what_an_override_asks(

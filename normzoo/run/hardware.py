@@ -75,6 +75,7 @@ def describe(device_type: str | None = None) -> dict[str, Any]:
     # the recipe's schema, which precision reads and which loads torch).
     import torch
 
+    from normzoo.run import allocator
     from normzoo.run.machine import CPU_BF16_OVERRIDE, cpu_supports_bf16
 
     gpu = (torch.cuda.get_device_name() if device_type == "cuda" and torch.cuda.is_available()
@@ -84,6 +85,8 @@ def describe(device_type: str | None = None) -> dict[str, Any]:
         "cpu_bf16": cpu_supports_bf16(honour_override=False), "device": device_type or "cpu",
         "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
         "normzoo": __version__}
+    if record["device"] == "cpu":
+        record["cpu_malloc"] = allocator.mode()
     if (forced := os.environ.get(CPU_BF16_OVERRIDE)) is not None:
         record["cpu_bf16_override"] = forced
     return record

@@ -30,6 +30,7 @@ from normzoo.diagnostics.callbacks import DivergenceError
 from normzoo.errors import RuntimeFailure
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import for_training
+from normzoo.run.allocator import keep_freed_memory
 from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
 from normzoo.run.final_test import test_language_model, test_translation
@@ -117,6 +118,8 @@ class TrainingRun:
         quiet_libraries()
         self.callbacks = RunCallbacks.for_recipe(self.recipe, self.run_dir)
         self.trainer = build_trainer(self.recipe, self.run_dir, callbacks=self.callbacks)
+        if self.trainer.strategy.root_device.type == "cpu":
+            keep_freed_memory()
         self.data = training_data(
             self.recipe, start.tokenizer if start else self.init.tokenizer if self.init else "",
             saved=self.run_dir / "tokenizer.json" if self.rank > 0 else None,
