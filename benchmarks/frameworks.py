@@ -86,11 +86,16 @@ def adamw(model: nn.Module) -> torch.optim.Optimizer:
                              foreach=True)
 
 
-def _peer_setup(model: nn.Module, logits: Callable[[nn.Module, Batch], torch.Tensor]) -> TrainSetup:
+def _peer_setup(model: nn.Module, logits: Callable[[nn.Module, Batch], torch.Tensor],
+                compiled: bool = False) -> TrainSetup:
+    """A peer's model with normzoo's loss; ``compiled``: the model and the loss compiled as one
+    region with dynamic shapes, as ``trainer.compile`` compiles normzoo's (the closure reads
+    only the batch's tensors, so a batch's host-side counts cause no recompiles)."""
     def loss_terms(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         return token_loss_terms(logits(model, batch), batch["tgt_out"])
 
-    return TrainSetup(model, loss_terms, adamw(model))
+    step = torch.compile(loss_terms, dynamic=True) if compiled else loss_terms
+    return TrainSetup(model, step, adamw(model))
 
 
 # -- normzoo ---------------------------------------------------------------------------------
@@ -103,20 +108,22 @@ def normzoo_config(size: Size) -> dict:
             "residual": "pre", "max_positions": size.max_positions}
 
 
-def normzoo_train(size: Size, vocab_size: int) -> TrainSetup:
-    """normzoo's TranslationTask loss and its optimizer (AdamW + schedule), without a Trainer."""
+def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
+    """normzoo's TranslationTask loss and its optimizer (AdamW + schedule), without a Trainer;
+    ``compiled``: through ``trainer.compile``'s own compiled step."""
     from normzoo.recipe import from_dict
     from normzoo.tasks.optim import build_optimizer
     from normzoo.tasks.translation import TranslationTask
 
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
-                                  "label_smoothing": LABEL_SMOOTHING}})
+                                  "label_smoothing": LABEL_SMOOTHING},
+                        "trainer": {"compile": compiled}})
     task = TranslationTask(recipe, vocab_size)
     optimizer, scheduler = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)
 
     def loss_terms(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        terms = task.loss_terms(batch, recipe.optim.label_smoothing)  # as training_step
+        terms = task.step_terms(batch, recipe.optim.label_smoothing)  # as training_step
         return terms.loss_sum, terms.tokens
 
     return TrainSetup(task.model, loss_terms, optimizer, scheduler)
@@ -131,7 +138,7 @@ def normzoo_model(size: Size, vocab_size: int) -> nn.Module:
 # -- x-transformers --------------------------------------------------------------------------
 
 
-def xtransformers_train(size: Size, vocab_size: int) -> TrainSetup:
+def xtransformers_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
     """``XTransformer`` with SDPA attention, ReLU FFN, sublayer dropout like the others.
 
     XTransformer does not pass ``tie_embedding`` to its decoder, so the output projection is
@@ -155,7 +162,7 @@ def xtransformers_train(size: Size, vocab_size: int) -> TrainSetup:
         memory = m.encoder(batch["src"], mask=keep, return_embeddings=True)
         return m.decoder.net(batch["tgt_in"], context=memory, context_mask=keep)
 
-    return _peer_setup(model, logits)
+    return _peer_setup(model, logits, compiled)
 
 
 # -- Hugging Face transformers ---------------------------------------------------------------
@@ -180,12 +187,12 @@ def mbart_model(size: Size, vocab_size: int) -> nn.Module:
     return MBartForConditionalGeneration(config)
 
 
-def mbart_train(size: Size, vocab_size: int) -> TrainSetup:
+def mbart_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
     def logits(m: nn.Module, batch: Batch) -> torch.Tensor:
         return m(input_ids=batch["src"], attention_mask=batch["src"].ne(PAD),
                  decoder_input_ids=batch["tgt_in"], use_cache=False).logits
 
-    return _peer_setup(mbart_model(size, vocab_size), logits)
+    return _peer_setup(mbart_model(size, vocab_size), logits, compiled)
 
 
 # -- plain torch.nn.Transformer --------------------------------------------------------------
@@ -219,9 +226,9 @@ class TorchSeq2Seq(nn.Module):
         return F.linear(h, self.embedding.weight)
 
 
-def torch_train(size: Size, vocab_size: int) -> TrainSetup:
+def torch_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
     return _peer_setup(TorchSeq2Seq(size, vocab_size),
-                       lambda m, batch: m(batch["src"], batch["tgt_in"]))
+                       lambda m, batch: m(batch["src"], batch["tgt_in"]), compiled)
 
 
 class Entry(NamedTuple):

@@ -138,10 +138,10 @@ def train_step(setup: TrainSetup, batch: dict[str, Any], device: torch.device,
 
 def measure_training(name: str, size: Size, data: dict, device: torch.device,
                      args: argparse.Namespace) -> tuple[torch.nn.Module, list]:
-    setup = TRAINERS[name].build(size, data["vocab_size"])
+    # --compile: each model with its loss as one compiled region, as trainer.compile compiles
+    # normzoo's; the compiles fall in the untimed warm-up.
+    setup = TRAINERS[name].build(size, data["vocab_size"], compiled=args.compile)
     setup.model.to(device).train()
-    if args.compile:  # in place, as trainer.compile does; its compiles fall in the warm-up
-        setup.model.compile()
     batches = cycle(data["train"])
     return setup.model, timed(lambda: train_step(setup, next(batches), device, args.precision),
                               args.reps, args.warmup, sync(device))
@@ -236,8 +236,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="bf16 autocast or float32 for every framework (auto: bf16 on a "
                         "GPU, float32 on a CPU)")
     parser.add_argument("--compile", action="store_true",
-                        help="torch.compile each trained model in place (its compiles fall "
-                        "in the untimed warm-up)")
+                        help="torch.compile each trained model with its loss as one region, "
+                        "dynamic shapes, as trainer.compile does (its compiles fall in the "
+                        "untimed warm-up)")
     parser.add_argument("--frameworks", type=_names(FRAMEWORKS), default=FRAMEWORKS,
                         help=f"comma-separated, of {','.join(FRAMEWORKS)} (default: all)")
     parser.add_argument("--jobs", type=_names(JOB_KINDS), default=JOB_KINDS,

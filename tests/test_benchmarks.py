@@ -161,3 +161,34 @@ def test_precision_allocator_pairs_each_arm_going_first_and_reports_identical_lo
             "date": "today"}
     text = "\n".join(precision.allocator_report(args, info, runs, summary))
     assert "fp32: reuse / system 1.10x" in text and "identical in every round" in text
+
+
+@pytest.mark.parametrize("name", sorted(TRAINERS))
+def test_peers_compile_the_model_with_its_loss_and_change_no_number(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Traced with the "eager" backend: the same graphs and guards as inductor's, without its
+    # minutes of C++ generation on a CPU.
+    import frameworks
+    import torch
+
+    from normzoo.tasks import compiled as normzoo_compiled
+
+    monkeypatch.setattr(normzoo_compiled, "BACKEND", "eager")
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile",
+                        lambda fn, **kw: real_compile(fn, **{**kw, "backend": "eager"}))
+    torch._dynamo.reset()
+    size = frameworks.SIZES["tiny"]
+    gen = torch.Generator().manual_seed(0)
+    src = torch.randint(4, size.vocab_size, (3, 7), generator=gen)
+    tgt = torch.randint(4, size.vocab_size, (3, 6), generator=gen)
+    batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:], "ntokens": 15}
+    losses = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        setup = TRAINERS[name].build(size, size.vocab_size, compiled=compiled)
+        setup.model.eval()  # no dropout: its masks differ under the compiler
+        total, count = setup.loss_terms(batch)
+        losses.append((total.item(), count.item()))
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-4)
+    assert torch._dynamo.utils.counters["frames"]["ok"] >= 1  # the compiled region ran
