@@ -51,6 +51,7 @@ from precision_allocator import allocator_report, summarise_allocator
 from precision_compile import ARMS, compile_report, load_average, summarise_compile
 from precision_decode import decoding_report, measure_decoding
 from precision_kernels import measure_gemm, measure_kernels
+from step_profile import profile_steps
 
 RECIPE = REPO / "recipes" / "studies" / "multi30k_depth.yaml"
 PRECISIONS = ("32-true", "bf16-mixed")
@@ -123,49 +124,16 @@ def measure_training(args: argparse.Namespace) -> list[dict]:
 # -- one training step, by torch's profiler ---------------------------------------------------
 
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
-              "aten::_scaled_dot_product_flash_attention_for_cpu",
-              "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
-
-
 def measure_breakdown(data: Path, steps: int = 6) -> dict[str, dict[str, float]]:
-    """Milliseconds per training step (forward, loss, backward, AdamW; no Lightning loop) in
-    matrix products and in everything else, per precision, from torch's profiler over
-    ``steps`` steps of the study's first batches."""
-    import torch
-    from torch.profiler import profile
-
-    from normzoo.recipe import load
-    from normzoo.tasks.datamodule import TextDataModule
-    from normzoo.tasks.translation import TranslationTask
-
-    recipe = load(RECIPE, [f"data.dir={data}"])
-    module = TextDataModule(recipe, None, show_progress=False)
-    module.setup("fit")
-    batches = iter(module.train_dataloader())
-    batches = [next(batches) for _ in range(steps + 2)]
+    """Milliseconds per training step (forward, loss, backward, normzoo's AdamW; no Lightning
+    loop) in matrix products and in everything else, per precision: ``step_profile.py``'s
+    profile of ``steps`` steps of the study's first batches, its categories summed."""
     result = {}
     for precision in ("fp32", "bf16"):
-        torch.manual_seed(0)
-        task = TranslationTask(recipe, module.tokenizer.vocab_size).train()
-        optimizer = torch.optim.AdamW(task.parameters(), lr=1e-4)
-
-        def step(batch, task=task, optimizer=optimizer, precision=precision):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                terms = task.loss_terms(batch, 0.1)
-            (terms.loss_sum / terms.tokens).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        for batch in batches[:2]:
-            step(batch)
-        with profile() as prof:
-            for batch in batches[2:]:
-                step(batch)
-        events = prof.key_averages()
-        total = sum(e.self_cpu_time_total for e in events) / steps / 1e3
-        matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / steps / 1e3
-        result[precision] = {"step_ms": total, "matmul_ms": matmul, "other_ms": total - matmul}
+        profiled = profile_steps(precision, steps, RECIPE, [f"data.dir={data}"])
+        matmul = sum(phase.get("matrix products", 0.0) for phase in profiled["phases"].values())
+        result[precision] = {"step_ms": profiled["step_ms"], "matmul_ms": matmul,
+                             "other_ms": profiled["step_ms"] - matmul}
     return result
 
 
