@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from foreground import start_foreground, wait_for
 from tiny import tiny, toy_text
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -45,19 +46,7 @@ def start(args: list[str], cwd: Path, hold: str | None = None) -> subprocess.Pop
     prefix = [sys.executable, str(HERE / "hold.py"), hold] if hold else \
         [sys.executable, "-m", "normzoo"]
     with open(cwd / "stdout.txt", "w") as out, open(cwd / "stderr.txt", "w") as err:
-        return subprocess.Popen(
-            [*prefix, *args], cwd=cwd, env=environment(cwd), text=True,
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            # As a shell starts a foreground program: SIGINT at its default.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-def wait_for(condition, process: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"ended early, exit {process.returncode}"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+        return start_foreground([*prefix, *args], cwd, environment(cwd), out, err)
 
 
 def stopped_at(hold: str, args: list[str], cwd: Path, signum: int = signal.SIGINT,

@@ -13,12 +13,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from foreground import start_foreground, wait_for
 from tiny import tiny
 from typer.testing import CliRunner
 
@@ -45,20 +45,8 @@ def start(args: list[str], cwd: Path, crash: list[str] | None = None) -> subproc
     prefix = [sys.executable, str(HERE / "crash.py"), *crash] if crash else \
         [sys.executable, "-m", "normzoo"]
     with open(cwd / "stderr.txt", "w") as stderr:  # the process has its own copy
-        return subprocess.Popen(
-            [*prefix, *args], cwd=cwd, env=environment(cwd / "cache"), text=True,
-            stdout=subprocess.DEVNULL, stderr=stderr,
-            # As a shell starts a foreground program: a test runner started in the background
-            # may have SIGINT ignored, and that would be inherited (and rightly kept).
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-def wait_for(condition, process: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, f"the run ended early, exit {process.returncode}"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+        return start_foreground([*prefix, *args], cwd, environment(cwd / "cache"),
+                                subprocess.DEVNULL, stderr)
 
 
 @pytest.fixture
