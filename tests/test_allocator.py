@@ -7,8 +7,11 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
+from tiny import tiny
 
 from normzoo.run import allocator
 
@@ -57,3 +60,17 @@ def test_the_environment_can_leave_malloc_as_it_is() -> None:
 def test_the_mode_is_what_the_process_has() -> None:
     assert allocator.mode() in ("reuse", "system")
     assert allocator.keep_freed_memory() == allocator.mode()  # idempotent
+
+
+def test_a_mistyped_setting_is_refused_at_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(tiny()), encoding="utf-8")
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           allocator.ENV: "sometimes"}
+    result = subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
+                             f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "NORMZOO_CPU_MALLOC='sometimes'" in result.stderr
+    assert "reuse" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()

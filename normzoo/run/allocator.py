@@ -24,7 +24,10 @@ import ctypes.util
 import os
 import platform
 
+from normzoo.errors import NormzooError
+
 ENV = "NORMZOO_CPU_MALLOC"
+MODES = ("reuse", "system")
 # mallopt's parameters (glibc's malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -39,12 +42,22 @@ def mode() -> str:
     return _mode
 
 
+def requested() -> str:
+    """The mode ``NORMZOO_CPU_MALLOC`` asks for (``reuse`` when unset); a run checks it before it
+    starts, so that a mistyped value is refused before anything is written."""
+    asked = os.environ.get(ENV, "reuse")
+    if asked not in MODES:
+        raise NormzooError(f"{ENV}={asked!r}: set it to reuse (the default: freed memory kept "
+                           "for reuse) or system (malloc as it is), or unset it")
+    return asked
+
+
 def keep_freed_memory() -> str:
     """Keep freed blocks in glibc's heap for reuse (see the module's docstring); returns the
     mode now in force. Idempotent; nothing happens outside Linux with glibc or when
     ``NORMZOO_CPU_MALLOC=system``."""
     global _mode
-    if _mode == "reuse" or os.environ.get(ENV, "reuse") == "system":
+    if _mode == "reuse" or requested() == "system":
         return _mode
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return _mode

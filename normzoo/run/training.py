@@ -31,6 +31,7 @@ from normzoo.errors import RuntimeFailure
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import for_training
 from normzoo.run.allocator import keep_freed_memory
+from normzoo.run.allocator import requested as requested_malloc
 from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
 from normzoo.run.final_test import test_language_model, test_translation
@@ -89,6 +90,7 @@ class TrainingRun:
         self.rank = global_rank()
         stored = for_training(recipe, recipe_path, resuming=resume is not None)
         self.recipe = for_this_machine(stored, announce=self.rank == 0)
+        requested_malloc()  # NORMZOO_CPU_MALLOC mistyped: refused before anything starts
         self.recipe_path = recipe_path
         self.directory = RunDirectory(self.recipe, recipe_path, self.rank)  # locked in setup()
         self.run_dir = self.directory.path
