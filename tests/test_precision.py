@@ -196,6 +196,19 @@ def test_a_cpu_without_bf16_trains_in_float32_and_says_so_once(tmp_path: Path):
     assert saved["trainer"]["precision"] == "32-true"  # the precision that ran
 
 
+def test_a_mistyped_bf16_override_is_refused_at_the_command_line(tmp_path: Path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(tiny(trainer={"precision": "bf16-mixed"})), encoding="utf-8")
+    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "NORMZOO_CPU_BF16": "yes"}
+    result = subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
+                             f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "NORMZOO_CPU_BF16='yes'" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_bf16_is_kept_where_the_cpu_has_it_and_off_the_cpu(monkeypatch):
     from normzoo.recipe import from_dict
     from normzoo.run import machine

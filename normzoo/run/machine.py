@@ -25,7 +25,7 @@ from typing import Any
 
 import typer
 
-from normzoo.errors import ConfigError, Problem
+from normzoo.errors import ConfigError, NormzooError, Problem
 from normzoo.recipe import Recipe, TrainerConfig
 
 # Bytes of training state per parameter: fp32 weights and gradients and AdamW's two fp32 moments
@@ -180,7 +180,10 @@ def cpu_supports_bf16(*, honour_override: bool = True) -> bool:
     ``NORMZOO_CPU_BF16=0|1`` overrides the answer (to test the fallback, or to train in bf16 on
     purpose) unless ``honour_override`` is false, as for the machine's record."""
     forced = os.environ.get(CPU_BF16_OVERRIDE)
-    if honour_override and forced in ("0", "1"):
+    if honour_override and forced is not None:
+        if forced not in ("0", "1"):
+            raise NormzooError(f"{CPU_BF16_OVERRIDE}={forced!r}: set it to 1 (train in bf16 as if "
+                               "the CPU had it) or 0 (fall back to 32-true), or unset it")
         return forced == "1"
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64"):
