@@ -57,9 +57,13 @@ def test_the_environment_can_leave_malloc_as_it_is() -> None:
     assert kept_mb < 4  # unmapped on free: the next block of this size is faulted in anew
 
 
-def test_the_mode_is_what_the_process_has() -> None:
-    assert allocator.mode() in ("reuse", "system")
-    assert allocator.keep_freed_memory() == allocator.mode()  # idempotent
+def test_the_mode_is_what_the_process_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "_mode", "system")
+    monkeypatch.setenv(allocator.ENV, "system")
+    assert allocator.keep_freed_memory() == "system" == allocator.mode()  # left alone
+    monkeypatch.setattr(allocator, "_mode", "reuse")
+    monkeypatch.delenv(allocator.ENV)
+    assert allocator.keep_freed_memory() == "reuse" == allocator.mode()  # idempotent
 
 
 def test_a_mistyped_setting_is_refused_at_the_command_line(tmp_path: Path) -> None:

@@ -179,15 +179,19 @@ def test_dropout_odd_sizes_and_non_contiguous_inputs():
 # -- bf16 on a CPU that cannot -----------------------------------------------------------------
 
 
-def test_a_cpu_without_bf16_trains_in_float32_and_says_so_once(tmp_path: Path):
-    recipe = tiny(trainer={"precision": "bf16-mixed"})
+def _train_bf16_recipe(tmp_path: Path, cpu_bf16: str) -> subprocess.CompletedProcess:
+    """``normzoo train`` of a bf16-mixed tiny recipe with ``NORMZOO_CPU_BF16=cpu_bf16``."""
     path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    path.write_text(yaml.safe_dump(tiny(trainer={"precision": "bf16-mixed"})), encoding="utf-8")
     env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "NORMZOO_CPU_BF16": "0"}
-    result = subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
-                             f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
-                            env=env, timeout=300)
+           "NORMZOO_CPU_BF16": cpu_bf16}
+    return subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
+                           f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_a_cpu_without_bf16_trains_in_float32_and_says_so_once(tmp_path: Path):
+    result = _train_bf16_recipe(tmp_path, "0")
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "no bf16 instructions" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: ")
@@ -197,13 +201,7 @@ def test_a_cpu_without_bf16_trains_in_float32_and_says_so_once(tmp_path: Path):
 
 
 def test_a_mistyped_bf16_override_is_refused_at_the_command_line(tmp_path: Path):
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(tiny(trainer={"precision": "bf16-mixed"})), encoding="utf-8")
-    env = {**os.environ, "NORMZOO_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "NORMZOO_CPU_BF16": "yes"}
-    result = subprocess.run([sys.executable, "-m", "normzoo", "train", str(path),
-                             f"run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
-                            env=env, timeout=300)
+    result = _train_bf16_recipe(tmp_path, "yes")
     assert result.returncode == 2, result.stderr
     assert "NORMZOO_CPU_BF16='yes'" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
