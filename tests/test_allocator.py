@@ -54,7 +54,9 @@ def test_a_freed_block_stays_in_the_heap_for_reuse() -> None:
 def test_the_environment_can_leave_malloc_as_it_is() -> None:
     mode, kept_mb = _kept_after_free("system")
     assert mode == "system"
-    assert kept_mb < 4  # unmapped on free: the next block of this size is faulted in anew
+    # Unmapped on free (the next block of this size is faulted in anew); torch's first op may
+    # leave a few MB of its own resident.
+    assert kept_mb < 32
 
 
 def test_the_mode_is_what_the_process_has(monkeypatch: pytest.MonkeyPatch) -> None:
