@@ -193,3 +193,13 @@ def test_peers_compile_the_model_with_its_loss_and_change_no_number(
         losses.append((total.item(), count.item()))
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-4)
     assert torch._dynamo.utils.counters["frames"]["ok"] >= 1  # the compiled region ran
+
+
+@pytest.mark.slow  # inductor generates C++ for eight cases: about a minute on 2 cores
+def test_compile_masks_reports_every_case_eager_and_compiled(tmp_path: Path):
+    text, data = run("compile_masks.py", tmp_path / "masks.md", "--rounds", "1", "--reps", "1")
+    assert len(data["ms"]) == 8
+    assert all(positive(v) for times in data["ms"].values() for v in times)
+    for case in ("comparison to bool", "comparison to float", "FFN sublayer, boolean masks",
+                 "FFN sublayer, normzoo's"):
+        assert case in text

@@ -36,9 +36,20 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return F.dropout(x, p, training)
     n = x.numel()
     words = torch.randint(-(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64)
-    # A boolean mask, promoted inside each product rather than cast to x's dtype first: the
-    # cast was one more pass over a tensor of x's size (and a mask saved at twice the bytes).
-    keep = words.view(torch.int16)[:n].view(x.shape) >= keep_threshold(p)
+    draws = words.view(torch.int16)[:n].view(x.shape)
+    keep: torch.Tensor
+    if torch.compiler.is_compiling():
+        # The same mask as 0/1 numbers (the sign bit of draw - threshold, plus one): inductor's
+        # CPU kernels write a boolean tensor over 20x slower than eager does (torch 2.13,
+        # benchmarks/compile_masks.py), and a boolean mask here is what the compiled graph
+        # saves for the backward.
+        keep = ((draws.to(torch.int32) - keep_threshold(p)) >> 31) + 1
+        keep = keep if x.dtype == torch.float32 else keep.to(x.dtype)
+    else:
+        # A boolean mask, promoted inside each product rather than cast to x's dtype first:
+        # the cast was one more pass over a tensor of x's size (and a mask saved at twice the
+        # bytes).
+        keep = draws >= keep_threshold(p)
     scale = 1.0 / (1.0 - p)
     if x.dtype == torch.float32:
         return x * (keep * scale)  # one product with a float32 mask: the fastest form

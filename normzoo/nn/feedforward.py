@@ -8,7 +8,39 @@ from torch import nn
 
 from normzoo.nn.dropout import Dropout
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+class _ReLUFromItsOutput(torch.autograd.Function):
+    """ReLU whose backward multiplies by the sign of its output (1 where it passed, 0 where it
+    did not): the gradient ``F.relu``'s has, from a tensor of the input's dtype rather than
+    from the boolean mask inductor's decomposition saves (see :func:`relu`)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        out = x.clamp_min(0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        (out,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return grad * out.sign()
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    """``F.relu``; compiled on a CPU, a ReLU that saves no boolean tensor for its backward.
+
+    Inductor's CPU kernels write a boolean tensor over 20x slower than eager does (torch
+    2.13, one thread on a Zen 4: 10.4 ms for 2^20 comparisons against 0.45 ms eager, and
+    0.19 ms compiled when written as floats: ``benchmarks/compile_masks.py``), and
+    ``F.relu``'s compiled backward keeps ``out <= 0`` as one: with dropout's masks, that made
+    ``trainer.compile`` slower than eager. The values and the gradients are ``F.relu``'s (a
+    NaN gradient where the output is 0 stays NaN here)."""
+    if torch.compiler.is_compiling() and x.device.type == "cpu":
+        return _ReLUFromItsOutput.apply(x)
+    return F.relu(x)
+
+
+ACTIVATIONS = {"relu": relu, "gelu": F.gelu, "silu": F.silu}
 GATED = {"swiglu": F.silu, "geglu": F.gelu}
 
 
