@@ -137,10 +137,29 @@ class Ending:
     def ignore_signals(self) -> None:
         """The last exit hook: after it Python runs no handler (it puts back the system's
         default, which would end the process by the signal) while it frees the modules, torch's
-        the longest; the stop signals are ignored then."""
+        the longest; the stop signals are ignored then.
+
+        A signal that came just before (its C handler had run, the Python one not yet) finds
+        the handler ignored, and Python reports it as an unraisable "OSError: Signal 2 ignored
+        due to race condition" with a traceback; that report is dropped, as the signal is."""
         if _main_thread():
+            sys.unraisablehook = _drop_ignored_stops(sys.unraisablehook)
             for signum in STOPS:
                 signal.signal(signum, signal.SIG_IGN)
+
+
+def _drop_ignored_stops(previous: Any) -> Any:
+    """``sys.unraisablehook`` that drops Python's report of a stop signal it found ignored,
+    and passes everything else to ``previous``."""
+    ignored = {f"Signal {int(signum)} ignored due to race condition" for signum in STOPS}
+
+    def hook(unraisable: Any) -> None:
+        value = unraisable.exc_value
+        if isinstance(value, OSError) and str(value) in ignored:
+            return
+        previous(unraisable)
+
+    return hook
 
 
 @contextlib.contextmanager
