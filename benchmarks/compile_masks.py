@@ -22,22 +22,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, machine, machine_lines, table, write_report
+from common import RESULTS, machine, machine_lines, table, timed, write_report
 
 TOKENS, DIM, HIDDEN, P = 2040, 128, 512, 0.1
 
 
 def _per_call_ms(fn: Any, reps: int) -> float:
-    fn()
-    fn()
-    start = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - start) / reps * 1e3
+    """Mean ms per call of ``fn`` over ``reps`` calls after two untimed ones."""
+    samples = timed(lambda: (fn(), 1.0)[1], reps, warmup=2)
+    return sum(seconds for _, seconds in samples) / reps * 1e3
 
 
 def cases() -> dict[str, Any]:
