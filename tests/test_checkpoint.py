@@ -194,6 +194,22 @@ def test_truncated_checkpoint(ckpt, tmp_path):
     data = ckpt.read_bytes()
     broken.write_bytes(data[: len(data) // 2])
     _fails(["evaluate", str(broken)], "not a readable checkpoint")
+    result = runner.invoke(app, ["evaluate", str(broken)])
+    assert "failed finding central directory" in result.output  # the zip reader's reason
+    assert "miniz" not in result.output  # not its note for torch's developers
+
+
+def test_a_file_that_is_no_checkpoint_says_so_without_torchs_advice(tmp_path):
+    """A JSON file handed as a checkpoint (the run's summary.json, say) is no pickle: the message
+    gives the unpickler's reason, not torch's advice to load it with ``weights_only=False``."""
+    summary = tmp_path / "summary.json"
+    summary.write_text('{"status": "completed"}\n')
+    result = runner.invoke(app, ["evaluate", str(summary)])
+    assert result.exit_code == 2, result.output
+    assert "not a readable checkpoint" in result.output
+    assert "Unsupported operand 123" in result.output  # "{" is no pickle opcode
+    assert "weights_only" not in result.output
+    assert "Traceback" not in result.output
 
 
 def test_checkpoint_whose_plugin_is_missing_names_the_distribution(ckpt, tmp_path):

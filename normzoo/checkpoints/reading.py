@@ -118,8 +118,24 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 def _unreadable(path: Path, error: BaseException) -> CheckpointError:
     return CheckpointError(
         f"{path} is not a readable checkpoint (truncated, damaged, or not a checkpoint at all; "
-        f"copy it again from the run directory): {error_line(error)}"
+        f"copy it again from the run directory): {_unreadable_reason(error)}"
     )
+
+
+def _unreadable_reason(error: BaseException) -> str:
+    """torch's own words on what it could not read, without the advice around them: the
+    weights-only unpickler's advice to load with ``weights_only=False`` is about trusting a file,
+    which a file that is no pickle does not need, and the zip reader's "internal miniz error"
+    note is for torch's developers."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:  # its detail is on this line or the next
+            detail = line.split("WeightsUnpickler error:", 1)[1].strip()
+            if not detail and i + 1 < len(lines):
+                detail = lines[i + 1]
+            return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
+    first = lines[0].split(". ")[0] if lines else ""
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def damaged(source: str, what: str) -> CheckpointError:
