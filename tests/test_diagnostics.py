@@ -314,6 +314,29 @@ def test_sweep_grid_axes_and_tied_keys():
         parse_grid(["model.residual"])
 
 
+def test_a_sweep_grid_that_would_train_one_cell_for_two_is_refused(tmp_path):
+    """``seed=1,1`` or ``admin,{name: admin}`` name one folder twice: the second would be skipped
+    as finished (or collide with the first under --jobs), so fewer cells than asked for would
+    train without a word. Refused, with every problem at once, before anything is written."""
+    from normzoo.cli import app
+    from normzoo.errors import ConfigError
+    from normzoo.sweep.runner import parse_grid
+
+    with pytest.raises(ConfigError) as refused:
+        parse_grid(["seed=1,1,2", "model.residual=admin,{name: admin}", "optim.lr=1e-3",
+                    "optim.lr,trainer.max_steps=1e-3,2e-3"])
+    said = str(refused.value)
+    assert "seed=1,1,2: 1 given more than once" in said
+    assert "admin given more than once" in said
+    assert "optim.lr: named by --set more than once" in said
+    quickstart = Path(__file__).parents[1] / "recipes" / "quickstart.yaml"
+    result = CliRunner().invoke(app, ["sweep", str(quickstart), "--set", "seed=1,1",
+                                 "--out", str(tmp_path / "sweep")])
+    assert result.exit_code == 2, result.output
+    assert "1 given more than once" in result.output
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_sweep_values_may_be_mappings():
     from normzoo.sweep.runner import cell_name, cell_overrides, cells, parse_grid
 

@@ -49,11 +49,7 @@ def recipe_variants(data: dict, vary: list[str], name: str,
         if not key.strip() or not values.strip(","):
             raise NormzooError(f"--vary {text!r} must look like KEY=V1,V2,... "
                                "(e.g. model.residual=post,pre)")
-    grid = parse_grid(vary)
-    keys = [key.strip() for axis, _ in grid for key in axis.split(",")]
-    if twice := sorted({key for key in keys if keys.count(key) > 1}):
-        raise NormzooError(f"--vary names {', '.join(twice)} more than once; give each key "
-                           "one --vary with all its values")
+    grid = parse_grid(vary, "--vary")
     return [Variant(", ".join(f"{label(axis)}={value}" for axis, value in cell.items()),
                     resolve(recipes.apply_overrides(data, cell_overrides(cell))))
             for cell in cells(grid)]

@@ -24,20 +24,36 @@ def split_values(values: str) -> list[str]:
     return [v.strip() for v in [*parts, current] if v.strip()]
 
 
-def parse_grid(settings: list[str]) -> list[tuple[str, list[str]]]:
+def parse_grid(settings: list[str], option: str = "--set") -> list[tuple[str, list[str]]]:
     """``["model.residual=post,pre", "optim.warmup_steps=0,4000"]`` -> keys with their values.
 
     Several keys before the ``=`` move together: ``model.encoder_layers,model.decoder_layers=6,18``
     is one axis (6+6 and 18+18 layers). A value may be a YAML mapping, e.g. a scheme with its
     options: ``model.residual=deepnorm,{name: admin, init: profiled}``.
+
+    Refused, every problem at once (``option`` names the flag in the messages): an axis that is
+    not ``KEY=V1,V2,...``; a value given twice on one axis, or two values that name the same
+    folder (``seed=1,1``, ``admin,{name: admin}``), which would be one cell trained once where
+    two were asked for; a key on two axes, whose cells would set it twice.
     """
-    grid = []
+    grid, problems = [], []
     for text in settings:
         key, _, values = text.partition("=")
         if not key or not values:
-            raise ConfigError([Problem(text, "--set must look like KEY=V1,V2,...")],
-                              "invalid sweep")
-        grid.append((key.strip(), split_values(values)))
+            problems.append(Problem(text, f"{option} must look like KEY=V1,V2,..."))
+            continue
+        axis = split_values(values)
+        names = [folder_safe(value_name(value)) for value in axis]
+        if twice := sorted({name for name in names if names.count(name) > 1}):
+            problems.append(Problem(text, f"{', '.join(twice)} given more than once: the "
+                                    "values of an axis must differ, each is one cell"))
+        grid.append((key.strip(), axis))
+    keys = [key.strip() for axis, _ in grid for key in axis.split(",")]
+    if twice := sorted({key for key in keys if keys.count(key) > 1}):
+        problems.append(Problem(", ".join(twice), f"named by {option} more than once; give "
+                                f"each key one {option} with all its values"))
+    if problems:
+        raise ConfigError(problems, "invalid sweep" if option == "--set" else f"invalid {option}")
     return grid
 
 
@@ -74,5 +90,8 @@ def value_name(value: str) -> str:
 def cell_name(cell: dict[str, str]) -> str:
     """A folder-safe name: ``{model.residual: post, model.encoder_layers: 6}`` ->
     ``residual-post_encoder_layers-6``."""
-    parts = [f"{label(key)}-{value_name(value)}" for key, value in cell.items()]
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(parts))
+    return folder_safe("_".join(f"{label(key)}-{value_name(value)}" for key, value in cell.items()))
+
+
+def folder_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
