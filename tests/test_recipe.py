@@ -411,8 +411,23 @@ def test_missing_file(tmp_path: Path):
 
 
 def test_a_directory_is_not_a_recipe(tmp_path: Path):
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="is a directory, not a recipe file; give a recipe"):
         load(tmp_path)
+
+
+def test_a_run_directory_given_as_the_recipe_names_its_recipe_and_the_resume(tmp_path: Path):
+    """``normzoo train runs/x`` where ``runs/x/recipe.yaml`` was meant: the message names the
+    file and the command that continues the run, and the command exits 2."""
+    from typer.testing import CliRunner
+
+    from normzoo.cli import app
+
+    (tmp_path / "recipe.yaml").write_text("task: translation\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["train", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"{tmp_path} is a directory, not a recipe file" in result.output
+    assert f"normzoo train {tmp_path / 'recipe.yaml'} --resume auto" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_malformed_yaml_names_the_line(tmp_path: Path):

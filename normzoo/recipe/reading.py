@@ -104,6 +104,12 @@ def check_shape(data: Any, title: str) -> None:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The recipe file as a dict; a clear error for a missing file or malformed YAML."""
     path = Path(path)
+    if path.is_dir():  # a run directory, most often, given where its recipe was meant
+        hint = (f"; its recipe is {path / 'recipe.yaml'} (to continue that run: normzoo train "
+                f"{path / 'recipe.yaml'} --resume auto)" if (path / "recipe.yaml").is_file()
+                else "; give a recipe YAML file, such as recipes/quickstart.yaml")
+        raise ConfigError([Problem("", f"{path} is a directory, not a recipe file{hint}")],
+                          "cannot read recipe")
     if not path.is_file():
         raise ConfigError([Problem("", f"recipe file not found: {path}")], "cannot read recipe")
     try:
