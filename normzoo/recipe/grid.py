@@ -94,4 +94,6 @@ def cell_name(cell: dict[str, str]) -> str:
 
 
 def folder_safe(text: str) -> str:
+    """``text`` with every character a folder name may not safely hold (on any filesystem, in
+    any shell) made ``_``: cell folders are named from values such as ``{name: admin}``."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
