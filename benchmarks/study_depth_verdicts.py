@@ -251,8 +251,8 @@ CLAIMS = [
      "Xiong et al. 2020 (Sec. 3): Post-LN needs the warm-up stage, Pre-LN trains without it",
      claim_warmup),
     ("3. Pre-LN's stream grows with depth; its branches do not keep up",
-     "shown where, at the end, in every one of at least three seeds and in both stacks, the "
-     "stream norm after the last layer is at least 2x that after the first, and the branch's "
+     "shown where, at the end, in each of at least three seeds and both stacks, the stream norm "
+     "after the last layer is at least 2x that after the first, and the self-attention branch's "
      "own norm (not its ratio to the stream) grows by at most half as much",
      "Xie et al. 2023 (ResiDual); Liu et al. 2020 (Admin) on Pre-LN's shallow dependency on "
      "its residual branches", claim_stream),
