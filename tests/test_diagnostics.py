@@ -300,6 +300,7 @@ def test_cells_running_side_by_side_fail_alike(tmp_path):
 
 
 def test_sweep_grid_axes_and_tied_keys():
+    from normzoo.errors import ConfigError
     from normzoo.sweep.runner import cell_name, cell_overrides, cells, parse_grid
 
     grid = parse_grid(["model.residual=post,pre",
@@ -310,15 +311,15 @@ def test_sweep_grid_axes_and_tied_keys():
     assert cell_overrides(cell) == ["model.residual=pre", "model.encoder_layers=18",
                                     "model.decoder_layers=18"]
     assert cell_name(cell) == "residual-pre_encoder_layers-18"
-    with pytest.raises(Exception, match="KEY=V1,V2"):
-        parse_grid(["model.residual"])
+    for bad in ("model.residual", "model.residual=", "seed=,", " =1,2", "=post"):
+        with pytest.raises(ConfigError, match="must look like KEY=V1,V2"):
+            parse_grid([bad])
 
 
-def test_a_sweep_grid_that_would_train_one_cell_for_two_is_refused(tmp_path):
+def test_a_sweep_grid_that_would_train_one_cell_for_two_is_refused():
     """``seed=1,1`` or ``admin,{name: admin}`` name one folder twice: the second would be skipped
     as finished (or collide with the first under --jobs), so fewer cells than asked for would
-    train without a word. Refused, with every problem at once, before anything is written."""
-    from normzoo.cli import app
+    train without a word. Refused, with every problem at once."""
     from normzoo.errors import ConfigError
     from normzoo.sweep.runner import parse_grid
 
@@ -329,11 +330,21 @@ def test_a_sweep_grid_that_would_train_one_cell_for_two_is_refused(tmp_path):
     assert "seed=1,1,2: 1 given more than once" in said
     assert "admin given more than once" in said
     assert "optim.lr: named by --set more than once" in said
+
+
+@pytest.mark.parametrize(("setting", "says"), [
+    ("seed=1,1", "1 given more than once"),
+    # an axis without values has no cells: the sweep trained nothing and its plots raised
+    ("seed=,", "must look like KEY=V1,V2"),
+])
+def test_a_bad_sweep_grid_is_refused_before_anything_is_written(tmp_path, setting, says):
+    from normzoo.cli import app
+
     quickstart = Path(__file__).parents[1] / "recipes" / "quickstart.yaml"
-    result = CliRunner().invoke(app, ["sweep", str(quickstart), "--set", "seed=1,1",
-                                 "--out", str(tmp_path / "sweep")])
+    result = CliRunner().invoke(app, ["sweep", str(quickstart), "--set", setting,
+                                      "--out", str(tmp_path / "sweep")])
     assert result.exit_code == 2, result.output
-    assert "1 given more than once" in result.output
+    assert says in result.output
     assert not (tmp_path / "sweep").exists()
 
 

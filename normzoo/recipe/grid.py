@@ -39,10 +39,11 @@ def parse_grid(settings: list[str], option: str = "--set") -> list[tuple[str, li
     grid, problems = [], []
     for text in settings:
         key, _, values = text.partition("=")
-        if not key or not values:
-            problems.append(Problem(text, f"{option} must look like KEY=V1,V2,..."))
-            continue
         axis = split_values(values)
+        if not key.strip() or not axis:
+            problems.append(Problem(text, f"{option} must look like KEY=V1,V2,... "
+                                    "(e.g. model.residual=post,pre)"))
+            continue
         names = [folder_safe(value_name(value)) for value in axis]
         if twice := sorted({name for name in names if names.count(name) > 1}):
             problems.append(Problem(text, f"{', '.join(twice)} given more than once: the "
