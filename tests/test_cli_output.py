@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,24 @@ def test_translate_answers_every_line_an_empty_one_with_an_empty_one(tiny_checkp
     assert loaded.translate(["", "the dog ."]) == ["", alone[0]]
     nothing = runner.invoke(app, ["translate", str(tiny_checkpoint)], input="")
     assert nothing.exit_code == 2 and "is empty" in nothing.output  # no line at all
+
+
+def test_input_may_be_a_pipe(tiny_checkpoint: Path, tmp_path: Path):
+    """``--input <(cmd)`` hands over a named pipe (``/dev/fd/N``), not a file: it is read like
+    one (it was "input file /dev/fd/63 not found"), and ``/dev/null`` is an empty input."""
+    expected = normzoo.load(tiny_checkpoint).translate(["the dog ."])[0]
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=pipe.write_text, args=("the dog .\n",))
+    writer.start()
+    result = runner.invoke(app, ["translate", str(tiny_checkpoint), "--input", str(pipe)])
+    if writer.is_alive():  # the command never opened the pipe: open it, so the writer ends
+        pipe.read_bytes()
+    writer.join()
+    assert result.exit_code == 0, result.output
+    assert result.stdout == expected + "\n"
+    empty = runner.invoke(app, ["translate", str(tiny_checkpoint), "--input", os.devnull])
+    assert empty.exit_code == 2 and f"no input lines ({os.devnull} is empty)" in empty.output
 
 
 def test_a_line_too_long_for_the_model_is_cut_with_a_warning_naming_it(

@@ -97,8 +97,8 @@ def read_inputs(path: Path | None) -> list[str]:
 
     from normzoo.data.sources import DataError, decode_lines
 
-    if path is not None:
-        if not path.is_file():
+    if path is not None:  # a pipe counts: --input <(cmd) hands over /dev/fd/N, no file
+        if path.is_dir() or not path.exists():
             state = "is a directory" if path.is_dir() else "not found"
             raise DataError(f"input file {path} {state}")
         lines = decode_lines(path.read_bytes(), str(path))
