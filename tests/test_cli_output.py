@@ -352,6 +352,19 @@ def test_diagnose_measures_every_variant_of_the_grid(tmp_path: Path, monkeypatch
                         "### residual={name: admin, init: profiled}, norm=rmsnorm"]
 
 
+def test_diagnose_refuses_an_output_folder_it_cannot_make_before_measuring(tmp_path: Path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump(tiny()), encoding="utf-8")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    result = runner.invoke(app, ["diagnose", str(recipe), "--out", str(blocker / "out")])
+    assert result.exit_code == 1, result.output
+    assert f"could not write {blocker / 'out'}" in result.output
+    assert "| layer" not in result.output  # refused before measuring, not after
+
+
 @pytest.mark.parametrize("extra", [["--vary", "model.residual=pre,post"], ["model.norm=rmsnorm"]])
 def test_diagnose_refuses_to_vary_a_checkpoint(tiny_checkpoint: Path, tmp_path: Path,
                                                extra: list[str]):

@@ -69,14 +69,15 @@ def diagnose(
         for v in variants:
             v.recipe = v.recipe.model_copy(update={"data": v.recipe.data.model_copy(
                 update={"dir": str(data_dir), "source": "files"})})
+    from normzoo.io.atomic import atomic_write_text
+
+    with file_system_failures():  # before measuring, which may take minutes, not after
+        out.mkdir(parents=True, exist_ok=True)
     batch = first_batch(variants[0].recipe, tokenizer)
     results = {v.label: measure(v, tokenizer, batch) for v in variants}
     report = table(results)
     typer.echo(report)
-    from normzoo.io.atomic import atomic_write_text
-
     with file_system_failures():  # each file whole or not at all
-        out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "diagnostics.md", report + "\n", "diagnostics table")
         for path in plot(results, out):
             typer.echo(f"wrote {path}")
