@@ -544,13 +544,13 @@ def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, mo
     assert "Traceback" not in missing.output
 
 
-def _translation_run(run_dir: Path, hypotheses: list[str]) -> Path:
+def _translation_run(run_dir: Path, hypotheses: list[str], seed: int = 1) -> Path:
     """A finished tiny translation run as ``normzoo compare`` reads it: the resolved recipe
     and the test translations, written as the final test writes them."""
     from normzoo.recipe import from_dict
 
     run_dir.mkdir(parents=True)
-    (run_dir / "recipe.yaml").write_text(from_dict(tiny()).to_yaml(), encoding="utf-8")
+    (run_dir / "recipe.yaml").write_text(from_dict(tiny(seed=seed)).to_yaml(), encoding="utf-8")
     (run_dir / "hyps.test.txt").write_bytes(("\n".join(hypotheses) + "\n").encode("utf-8"))
     return run_dir
 
@@ -587,11 +587,39 @@ def test_compare_says_which_run_scores_higher_and_what_pooled_seeds_test(tmp_pat
     assert "one run a side" in one and "Welch's t-test needs two runs a side" in one
     # One seed a side is never shown: the bootstrap cannot see what another seed would give.
     assert up["verdict"] != "shown" and "one seed a side" in up["reason"]
-    pooled = compare_runs([poor, poor], [good, good])
+    poor_hyps = [" ".join(r.split()[:-1]) for r in refs]
+    poor2 = _translation_run(tmp_path / "poor2", poor_hyps, seed=2)
+    good2 = _translation_run(tmp_path / "good2", refs, seed=2)
+    pooled = compare_runs([poor, poor2], [good, good2])
     assert pooled["sentences"] == 8
     text = format_comparison(pooled)
     assert "2 runs a side pooled" in text and "seeds: Welch's t-test on the runs' BLEU" in text
     assert pooled["verdict"] != "shown" and "2 seeds a side" in pooled["reason"]
+
+
+def test_compare_refuses_one_seed_counted_twice_on_a_side(tmp_path: Path, monkeypatch):
+    """Three copies of one run a side passed as three seeds were called *shown* (Welch's
+    t-test on three equal BLEUs a side, p = 0). A side's runs must be distinct runs of
+    distinct seeds; the same run on both sides stays allowed (nothing to test)."""
+    from typer.testing import CliRunner
+
+    from normzoo.cli import app
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    refs = _test_references()
+    good = _translation_run(tmp_path / "good", refs)
+    poor = _translation_run(tmp_path / "poor", [" ".join(r.split()[:-1]) for r in refs])
+    copy = _translation_run(tmp_path / "copy", refs)  # seed 1 again, in another folder
+    runner = CliRunner()
+    thrice = runner.invoke(app, ["compare", *["-b", str(poor)] * 3, *["-s", str(good)] * 3])
+    assert thrice.exit_code == 2, thrice.output
+    assert "the baseline runs must be one run per seed" in thrice.output
+    assert f"{poor} is given twice" in thrice.output and "shown" not in thrice.output
+    seeds = runner.invoke(app, ["compare", "-b", str(poor), "-s", str(good), "-s", str(copy)])
+    assert seeds.exit_code == 2, seeds.output
+    assert f"{good} and {copy} are both seed 1" in seeds.output
+    across = runner.invoke(app, ["compare", "-b", str(good), "-s", str(good)])
+    assert across.exit_code == 0 and "identical translations" in across.output
 
 
 def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_line(

@@ -66,6 +66,8 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
     if not baselines or not systems:
         raise CompareError("give at least one baseline and one system run")
     runs = {"baseline": [_run(d) for d in baselines], "system": [_run(d) for d in systems]}
+    for side, dirs in (("baseline", baselines), ("system", systems)):
+        _refuse_repeats(side, dirs, [recipe.get("seed") for _, _, recipe in runs[side]])
     split, first = runs["baseline"][0][1], runs["baseline"][0][2]
     references = _references(first, split, data_dir)
     for side, dirs in (("baseline", baselines), ("system", systems)):
@@ -92,6 +94,21 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
             "welch_p": welch_p(bleu["baseline"], bleu["system"]),
             "pairs": pairs, "sentences": len(references) * pairs, "identical": identical,
             **pooled.as_dict(), "verdict": verdict.label, "reason": verdict.reason}
+
+
+def _refuse_repeats(side: str, dirs: list[Path], seeds: list[Any]) -> None:
+    """A side's runs are its seeds: the same run given twice, or two runs of one seed (a copied
+    folder, a re-run), would count one seed's BLEU as several and shrink the seeds' noise that
+    Welch's t-test measures, so that three copies of one run could be called shown."""
+    problems = []
+    for i, (run_dir, seed) in enumerate(zip(dirs, seeds, strict=True)):
+        for earlier, earlier_seed in zip(dirs[:i], seeds[:i], strict=False):
+            if run_dir.resolve() == earlier.resolve():
+                problems.append(f"{run_dir} is given twice")
+            elif seed == earlier_seed:
+                problems.append(f"{earlier} and {run_dir} are both seed {seed}")
+    if problems:
+        raise CompareError(f"the {side} runs must be one run per seed: {'; '.join(problems)}")
 
 
 def _references(recipe: dict[str, Any], split: str, data_dir: Path | None) -> list[str]:
