@@ -96,6 +96,10 @@ def _refuse_unusable(checkpoint: Path, out: Path) -> None:
                               "another --out")
     if out.is_dir() and any(out.iterdir()):
         raise CheckpointError(f"{out} exists and is not empty; choose another --out")
+    above = next((p for p in out.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():  # mkdir would say only "File exists"
+        raise CheckpointError(f"--out {out}: {above} is a file, not a folder; choose another "
+                              "--out")
 
 
 def _umask() -> int:
