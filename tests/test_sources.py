@@ -234,6 +234,9 @@ def test_hub_unknown_split(wmt: Path):
     with pytest.raises(DataError, match="cannot load split 'valid'") as info:
         load_parallel(wmt_config(wmt), "valid")
     assert "validation" in str(info.value)  # the message lists the splits there are
+    # the dataset was found, so neither "Offline?" nor local files: the recipe key to set
+    assert str(info.value).endswith("['train', 'validation', 'test']; set data.valid_split "
+                                    "to one of them")
 
 
 def test_hub_unknown_config(wmt: Path):

@@ -84,11 +84,16 @@ def _hub_split(data: DataConfig, split: str):
     try:
         return datasets.load_dataset(data.path, data.name, split=split)
     except (FileNotFoundError, ConnectionError, ValueError) as error:
+        if "Unknown split" in str(error):  # the dataset was found: a split name is wrong
+            keys = [f"data.{key}" for key in ("train_split", "valid_split", "test_split")
+                    if getattr(data, key) == split]
+            hint = f"set {' or '.join(keys) or 'the split'} to one of them"
+        else:
+            hint = "Offline? Point the recipe at local files: data.source=files data.dir=DIR"
         raise DataError(
             f"cannot load split '{split}' of dataset '{data.path}'"
             + (f" ({data.name})" if data.name else "")
-            + f": {type(error).__name__}: {error}. Offline? Point the recipe at local files: "
-            "data.source=files data.dir=DIR"
+            + f": {type(error).__name__}: {str(error).rstrip('.')}; {hint}"
         ) from None
     except Exception as error:  # the hub client raises many types when offline
         raise DataError(
