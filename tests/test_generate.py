@@ -85,6 +85,26 @@ def test_generate_refuses_bad_arguments(lm_checkpoint: Path, args: list[str], sa
     assert result.exit_code == 2 and says in result.output
 
 
+def test_the_python_api_refuses_what_is_not_a_list_of_strings(lm_checkpoint: Path,
+                                                               tiny_checkpoint: Path):
+    """A lone string was translated letter by letter, a number failed with an AttributeError
+    in the tokenizer and ``beam=0`` with an IndexError in the search."""
+    translator, lm = normzoo.load(tiny_checkpoint), normzoo.load(lm_checkpoint)
+    with pytest.raises(TypeError, match=r"not one string .*pass \[text\]"):
+        translator.translate("the dog .")
+    with pytest.raises(TypeError, match="item 1 is a int, not a string"):
+        translator.translate(["the dog .", 3])
+    with pytest.raises(ValueError, match="beam"):
+        translator.translate(["the dog ."], beam=0)
+    with pytest.raises(ValueError, match="lenpen"):
+        translator.translate(["the dog ."], lenpen=float("nan"))
+    with pytest.raises(TypeError, match="generate takes a list of strings"):
+        lm.generate("the dog")
+    with pytest.raises(TypeError, match="stream: item 0 is a bytes"):
+        list(lm.stream(b"the dog"))
+    assert translator.translate(("the dog .",)) == translator.translate(["the dog ."])
+
+
 def test_generate_refuses_a_translation_model(tiny_checkpoint: Path):
     result = runner.invoke(app, ["generate", str(tiny_checkpoint), "--prompt", "a"])
     assert result.exit_code == 2

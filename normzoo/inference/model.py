@@ -55,6 +55,7 @@ class Loaded:
         if not isinstance(self.model, Seq2SeqModel):
             raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a translator")
         config = self.eval_config(beam, lenpen)
+        sentences = _texts(sentences, "translate")
         # A blank line is an empty one: no tokens, so no made-up translation.
         ids = self.tokenizer.encode_batch([s if s.strip() else "" for s in sentences])
         limit = self.model.config.max_positions
@@ -80,6 +81,7 @@ class Loaded:
         self._causal_lm()
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        prompts = _texts(prompts, "generate")
         settings = {"max_new_tokens": max_new_tokens, "temperature": temperature,
                     "top_k": top_k, "top_p": top_p}
         encoded = {}
@@ -107,6 +109,7 @@ class Loaded:
         so the text of a token prefix is a prefix of the whole text. ``generator`` must be on
         the model's device (:meth:`generator`); ``line`` names the prompt in a warning."""
         self._causal_lm()
+        (prompt,) = _texts([prompt], "stream")
         ids = self._prompt_ids(prompt, line)
         if ids is None:
             return
@@ -142,12 +145,28 @@ class Loaded:
         return ids
 
     def eval_config(self, beam: int | None = None, lenpen: float | None = None) -> EvalConfig:
+        """The recipe's decoding settings with ``beam`` and ``lenpen`` put in, checked by the
+        recipe's own rules (a ValueError for ``beam=0``, not an IndexError inside the search)."""
         update: dict[str, Any] = {}
         if beam is not None:
             update["beam"] = beam
         if lenpen is not None:
             update["lenpen"] = lenpen
-        return self.recipe.eval.model_copy(update=update)
+        return EvalConfig.model_validate({**self.recipe.eval.model_dump(), **update})
+
+
+def _texts(texts: Any, method: str) -> list[str]:
+    """``texts`` as a list of strings, or a TypeError that says what was wrong: a lone string
+    would otherwise be taken as a list of one-letter sentences, and a number would fail deep
+    inside the tokenizer."""
+    if isinstance(texts, str):
+        raise TypeError(f"{method} takes a list of strings, not one string (it would be read "
+                        f"letter by letter): pass [text]")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{method}: item {i} is a {type(text).__name__}, not a string")
+    return texts
 
 
 def _until_eos(ids: list[int]) -> list[int]:
