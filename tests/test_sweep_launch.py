@@ -544,13 +544,15 @@ def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, mo
     assert "Traceback" not in missing.output
 
 
-def _translation_run(run_dir: Path, hypotheses: list[str], seed: int = 1) -> Path:
+def _translation_run(run_dir: Path, hypotheses: list[str], seed: int = 1, **settings) -> Path:
     """A finished tiny translation run as ``normzoo compare`` reads it: the resolved recipe
-    and the test translations, written as the final test writes them."""
+    (tiny's, with ``settings``) and the test translations, written as the final test writes
+    them."""
     from normzoo.recipe import from_dict
 
     run_dir.mkdir(parents=True)
-    (run_dir / "recipe.yaml").write_text(from_dict(tiny(seed=seed)).to_yaml(), encoding="utf-8")
+    recipe = from_dict(tiny(seed=seed, run={"dir": str(run_dir)}, **settings))
+    (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
     (run_dir / "hyps.test.txt").write_bytes(("\n".join(hypotheses) + "\n").encode("utf-8"))
     return run_dir
 
@@ -620,6 +622,48 @@ def test_compare_refuses_one_seed_counted_twice_on_a_side(tmp_path: Path, monkey
     assert f"{good} and {copy} are both seed 1" in seeds.output
     across = runner.invoke(app, ["compare", "-b", str(good), "-s", str(good)])
     assert across.exit_code == 0 and "identical translations" in across.output
+
+
+def test_compare_notes_runs_of_a_side_that_differ_in_more_than_their_seed(tmp_path: Path,
+                                                                           monkeypatch):
+    """A side is one setting: runs that differ in, say, their beam or residual are named in a
+    note beside the verdict; their seed, run folder, data folder and device are not."""
+    from normzoo.sweep.compare import compare_runs, format_comparison
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    refs = _test_references()
+    poor = [" ".join(r.split()[:-1]) for r in refs]
+    base = [_translation_run(tmp_path / f"base{seed}", poor, seed=seed,
+                             data={"dir": str(tmp_path / f"data{seed}")}) for seed in (1, 2)]
+    other = [_translation_run(tmp_path / "sys1", refs, seed=1),
+             _translation_run(tmp_path / "sys2", refs, seed=2, eval={"beam": 3},
+                              model={"residual": "post"})]
+    result = compare_runs(base, other)
+    assert result["baseline_differences"] == {}
+    assert result["system_differences"] == {"eval.beam": [1, 3],
+                                            "model.residual.name": ["pre", "post"]}
+    text = format_comparison(result)
+    assert ("note: the system runs differ in more than their seed: eval.beam (1, 3); "
+            "model.residual.name (pre, post)") in text
+    assert "note: the baseline" not in text
+
+
+def test_compare_reads_runs_whose_recipes_hold_keys_since_removed(tmp_path: Path, monkeypatch):
+    """Only a run's data section is validated: the depth study's seed-1 cells were trained
+    with ``model.bias_scope`` (removed since), and compare refused them as an invalid recipe."""
+    import yaml
+
+    from normzoo.sweep.compare import compare_runs
+
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    refs = _test_references()
+    old = _translation_run(tmp_path / "old", refs)
+    recipe = yaml.safe_load((old / "recipe.yaml").read_text(encoding="utf-8"))
+    recipe["model"]["bias_scope"] = "all"
+    (old / "recipe.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    new = _translation_run(tmp_path / "new", refs, seed=2)
+    result = compare_runs([old], [new])
+    assert result["identical"] and result["baseline_seed_bleu"] == [100.0]
 
 
 def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_line(

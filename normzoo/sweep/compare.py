@@ -80,6 +80,8 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
             for side, found in runs.items()}
     precision = {side: [_precision(recipe) for _, _, recipe in found]
                  for side, found in runs.items()}
+    differences = {side: setting_differences([recipe for _, _, recipe in found])
+                   for side, found in runs.items()}
     pairs = min(len(baselines), len(systems))
     base_hyps = [h for hyps, _, _ in runs["baseline"][:pairs] for h in hyps]
     sys_hyps = [h for hyps, _, _ in runs["system"][:pairs] for h in hyps]
@@ -92,6 +94,8 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
             "baseline_precision": precision["baseline"],
             "system_precision": precision["system"],
             "welch_p": welch_p(bleu["baseline"], bleu["system"]),
+            "baseline_differences": differences["baseline"],
+            "system_differences": differences["system"],
             "pairs": pairs, "sentences": len(references) * pairs, "identical": identical,
             **pooled.as_dict(), "verdict": verdict.label, "reason": verdict.reason}
 
@@ -111,11 +115,40 @@ def _refuse_repeats(side: str, dirs: list[Path], seeds: list[Any]) -> None:
         raise CompareError(f"the {side} runs must be one run per seed: {'; '.join(problems)}")
 
 
+# Where and how a run ran, not what it is: these may differ between the seeds of one setting.
+WHERE_IT_RAN = ("seed", "run.", "data.dir", "trainer.accelerator", "trainer.devices",
+                "trainer.num_nodes", "trainer.strategy", "trainer.precision")
+
+
+def setting_differences(recipes: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """The recipe keys, as dotted paths, on which a side's runs differ beyond their seed and
+    where they ran (precision is reported on its own), with each run's value: a side is one
+    setting, so a difference here (another residual, another beam) is worth a note beside the
+    verdict."""
+    flat = [_flatten(recipe) for recipe in recipes]
+    keys = sorted(set().union(*flat)) if flat else []
+    return {key: [f.get(key) for f in flat] for key in keys
+            if not key.startswith(WHERE_IT_RAN)
+            and len({json.dumps(f.get(key), sort_keys=True, default=str) for f in flat}) > 1}
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def _references(recipe: dict[str, Any], split: str, data_dir: Path | None) -> list[str]:
     from normzoo.data.sources import load_parallel
-    from normzoo.recipe import from_dict
+    from normzoo.recipe import DataConfig
 
-    data = from_dict(recipe, check_registry=False).data
+    # Only the data section is read: a run trained before a key elsewhere was renamed or
+    # removed is still compared, since its translations and data are all compare needs.
+    data = DataConfig.model_validate(recipe.get("data") or {})
     if data_dir is not None:
         data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
     return load_parallel(data, split, data.valid_limit)[1]
@@ -151,6 +184,10 @@ def format_comparison(result: dict[str, Any]) -> str:
     difference, better = direction(result)
     lines = [_side("baseline", result["baseline_seed_bleu"], result["baseline_precision"]),
              _side("system", result["system_seed_bleu"], result["system_precision"])]
+    for side in ("baseline", "system"):
+        if found := result[f"{side}_differences"]:
+            lines.append(f"note: the {side} runs differ in more than their seed: " + "; ".join(
+                f"{key} ({', '.join(str(v) for v in values)})" for key, values in found.items()))
     if result["identical"]:
         # sacreBLEU gives identical systems p = 1/(samples+1) by design (multeval's
         # convention: a zero difference is not chance); there is simply nothing to test.
