@@ -360,8 +360,8 @@ def test_diagnose_refuses_an_output_folder_it_cannot_make_before_measuring(tmp_p
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder", encoding="utf-8")
     result = runner.invoke(app, ["diagnose", str(recipe), "--out", str(blocker / "out")])
-    assert result.exit_code == 1, result.output
-    assert f"could not write {blocker / 'out'}" in result.output
+    assert result.exit_code == 2, result.output
+    assert f"--out {blocker / 'out'} is under {blocker}, a file, not a folder" in result.output
     assert "| layer" not in result.output  # refused before measuring, not after
 
 

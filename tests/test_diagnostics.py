@@ -332,20 +332,23 @@ def test_a_sweep_grid_that_would_train_one_cell_for_two_is_refused():
     assert "optim.lr: named by --set more than once" in said
 
 
-@pytest.mark.parametrize(("setting", "says"), [
-    ("seed=1,1", "1 given more than once"),
+@pytest.mark.parametrize(("setting", "out", "says"), [
+    ("seed=1,1", "sweep", "1 given more than once"),
     # an axis without values has no cells: the sweep trained nothing and its plots raised
-    ("seed=,", "must look like KEY=V1,V2"),
+    ("seed=,", "sweep", "must look like KEY=V1,V2"),
+    # was "could not write ...: Not a directory", exit 1
+    ("seed=1", "a-file/sweep", "a-file, a file, not a folder"),
 ])
-def test_a_bad_sweep_grid_is_refused_before_anything_is_written(tmp_path, setting, says):
+def test_a_bad_sweep_is_refused_before_anything_is_written(tmp_path, setting, out, says):
     from normzoo.cli import app
 
+    (tmp_path / "a-file").write_text("keep me", encoding="utf-8")
     quickstart = Path(__file__).parents[1] / "recipes" / "quickstart.yaml"
     result = CliRunner().invoke(app, ["sweep", str(quickstart), "--set", setting,
-                                      "--out", str(tmp_path / "sweep")])
+                                      "--out", str(tmp_path / out)])
     assert result.exit_code == 2, result.output
     assert says in result.output
-    assert not (tmp_path / "sweep").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_sweep_values_may_be_mappings():

@@ -138,6 +138,20 @@ def test_exporting_an_export_directory_says_so(tiny_checkpoint: Path, tmp_path: 
 # -- writing outputs: evaluate --hyps -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("resume", [[], ["--resume", "auto"]], ids=["new", "resume"])
+@pytest.mark.parametrize("under", [False, True], ids=["a file", "under a file"])
+def test_a_run_directory_that_is_a_file_is_refused(tiny_recipe: Path, tmp_path: Path,
+                                                   cache: Path, resume: list[str], under: bool):
+    """A run.dir that is a file, or lies under one, was "could not write ...: File exists"
+    (or "Not a directory"), exit 1, a machine failure; it is the user's path: exit 2."""
+    blocker = tmp_path / "runs.txt"
+    blocker.write_text("keep me", encoding="utf-8")
+    run_dir = blocker / "run" if under else blocker
+    said = "is under" if under else "is a file, not a folder"
+    cli(["train", tiny_recipe, f"run.dir={run_dir}", *resume], 2, said, "run.dir=PATH")
+    assert blocker.read_text(encoding="utf-8") == "keep me"
+
+
 @pytest.fixture
 def sentences(tmp_path: Path) -> tuple[Path, Path]:
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"

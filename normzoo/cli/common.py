@@ -164,6 +164,17 @@ def input_warnings() -> Iterator[None]:
         yield
 
 
+def check_output_folder(path: Path, option: str) -> None:
+    """Refuse, before any work, an output folder that is a file or lies under one (making it
+    would fail with only "File exists" or "Not a directory", after the work)."""
+    from normzoo.errors import NormzooError
+    from normzoo.io.atomic import file_in_the_way
+
+    if (in_the_way := file_in_the_way(path)) is not None:
+        where = "is a file" if in_the_way == path.absolute() else f"is under {in_the_way}, a file"
+        raise NormzooError(f"{option} {path} {where}, not a folder")
+
+
 def check_output_file(path: Path, option: str) -> None:
     """Refuse, before any work, an output file that is a directory or whose folder is missing."""
     from normzoo.errors import NormzooError

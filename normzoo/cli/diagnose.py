@@ -10,7 +10,12 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
+from normzoo.cli.common import (
+    OVERRIDES_HELP,
+    check_output_folder,
+    file_system_failures,
+    user_errors,
+)
 
 
 @user_errors
@@ -42,6 +47,8 @@ def diagnose(
     )
     from normzoo.errors import NormzooError
     from normzoo.run.machine import check_machine
+
+    check_output_folder(out, "--out")
 
     def resolve(data: dict) -> recipes.Recipe:  # measured on the CPU: it must fit there
         return check_machine(recipes.from_dict(data), training=False)

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
+from normzoo.cli.common import (
+    OVERRIDES_HELP,
+    check_output_folder,
+    file_system_failures,
+    user_errors,
+)
 
 
 class Launcher(str, enum.Enum):
@@ -52,6 +57,7 @@ def sweep(
     from normzoo.sweep.slurm import Slurm
 
     folder = out or Path("runs") / f"sweep-{recipe.stem}"
+    check_output_folder(folder, "--out")
     slurm = Slurm(partition=slurm_partition, time_min=slurm_time, gpus=slurm_gpus,
                   cpus=slurm_cpus)
     with file_system_failures():

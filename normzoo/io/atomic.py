@@ -51,6 +51,15 @@ def os_reason(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error)
 
 
+def file_in_the_way(folder: str | Path) -> Path | None:
+    """The file standing where ``folder``, or a folder above it, would have to be: making the
+    folder would fail with only "File exists" or "Not a directory", so a command names it
+    before it starts work. None when the way is clear."""
+    folder = Path(folder).absolute()
+    there = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    return there if there is not None and not there.is_dir() else None
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> None:
     """Write ``path`` through ``write(binary_file)`` so that it appears whole or not at all.
 

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from normzoo.errors import NormzooError
-from normzoo.io.atomic import atomic_write_text
+from normzoo.io.atomic import atomic_write_text, file_in_the_way
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import run_directory
 
@@ -172,9 +172,14 @@ class RunDirectory:
         self.lock: RunLock | None = None  # rank 0's, from claim() to release()
 
     def claim(self, resume: str | None) -> None:
-        """Rank 0 takes the lock, refusing ``--resume auto`` of a run that does not exist
-        before the lock creates it."""
+        """Rank 0 takes the lock, refusing first a path a file stands in the way of, and
+        ``--resume auto`` of a run that does not exist (before the lock creates it)."""
         if self.rank == 0:
+            if (in_the_way := file_in_the_way(self.path)) is not None:
+                where = "is a file" if in_the_way == self.path.absolute() else (
+                    f"is under {in_the_way}, a file")
+                raise RunDirectoryExists(f"run directory {self.path} {where}, not a folder; "
+                                         "choose another with run.dir=PATH")
             refuse_missing_run(self.path, resume, self.recipe_path)
             self.lock = RunLock(self.path).acquire()
 
