@@ -248,6 +248,18 @@ def test_a_line_too_long_for_the_model_is_cut_with_a_warning_naming_it(
         assert f"only its {part} " in warnings[0]
 
 
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--beam", "4"], "--beam applies to translation only"),
+    (["--hyps", "h.txt", "--bf16"], "--bf16, --hyps apply to translation only"),
+])
+def test_evaluate_refuses_translation_options_for_a_language_model(lm_checkpoint: Path,
+                                                                    extra: list[str], says: str):
+    """They were ignored without a word: ``--beam 4`` printed the same perplexity as without."""
+    result = runner.invoke(app, ["evaluate", str(lm_checkpoint), *extra])
+    assert result.exit_code == 2, result.output
+    assert says in result.output and "is a language model (task causal_lm)" in result.output
+
+
 def test_generate_gives_an_empty_line_for_an_empty_prompt(lm_checkpoint: Path):
     result = runner.invoke(app, ["generate", str(lm_checkpoint), "--seed", "1",
                                  "--max-new-tokens", "8"], input="the dog\n\nthe\n")

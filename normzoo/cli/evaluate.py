@@ -63,6 +63,13 @@ def evaluate(
         data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
     name = split or data.test_split
     if loaded.recipe.task != "translation":
+        given = [option for option, value in (("--beam", beam), ("--lenpen", lenpen),
+                                              ("--bf16", bf16 or None), ("--hyps", hyps),
+                                              ("--ref", ref)) if value is not None]
+        if given:  # they would be ignored without a word, and the reader believe them used
+            verb = "applies" if len(given) == 1 else "apply"
+            raise NormzooError(f"{', '.join(given)} {verb} to translation only; {checkpoint} "
+                               f"is a language model (task {loaded.recipe.task})")
         lines = read_lines(src) if src is not None else load_text(data, name)
         result = {"checkpoint": str(checkpoint), "split": str(src or name),
                   **language_model_metrics(loaded, lines, batch_tokens)}
