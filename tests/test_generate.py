@@ -92,7 +92,7 @@ def test_the_python_api_refuses_what_is_not_a_list_of_strings(lm_checkpoint: Pat
     translator, lm = normzoo.load(tiny_checkpoint), normzoo.load(lm_checkpoint)
     with pytest.raises(TypeError, match=r"not one string .*pass \[text\]"):
         translator.translate("the dog .")
-    with pytest.raises(TypeError, match="item 1 is a int, not a string"):
+    with pytest.raises(TypeError, match="item 1 is not a string but int"):
         translator.translate(["the dog .", 3])
     with pytest.raises(ValueError, match="beam"):
         translator.translate(["the dog ."], beam=0)
@@ -100,7 +100,7 @@ def test_the_python_api_refuses_what_is_not_a_list_of_strings(lm_checkpoint: Pat
         translator.translate(["the dog ."], lenpen=float("nan"))
     with pytest.raises(TypeError, match="generate takes a list of strings"):
         lm.generate("the dog")
-    with pytest.raises(TypeError, match="stream: item 0 is a bytes"):
+    with pytest.raises(TypeError, match="stream: item 0 is not a string but bytes"):
         list(lm.stream(b"the dog"))
     assert translator.translate(("the dog .",)) == translator.translate(["the dog ."])
 

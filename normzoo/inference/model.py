@@ -53,7 +53,8 @@ class Loaded:
         positions is cut to fit, with an :class:`~normzoo.inference.translate.InputCut` warning that
         names its line (``first_line`` for the first sentence)."""
         if not isinstance(self.model, Seq2SeqModel):
-            raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a translator")
+            raise NormzooError(f"{self.source} is not a translation model (its task is "
+                                f"{self.recipe.task})")
         config = self.eval_config(beam, lenpen)
         sentences = _texts(sentences, "translate")
         # A blank line is an empty one: no tokens, so no made-up translation.
@@ -130,7 +131,8 @@ class Loaded:
 
     def _causal_lm(self) -> None:
         if not isinstance(self.model, DecoderModel):
-            raise NormzooError(f"{self.source} is a {self.recipe.task} model, not a causal LM")
+            raise NormzooError(f"{self.source} is not a causal LM (its task is "
+                                f"{self.recipe.task})")
 
     def _prompt_ids(self, prompt: str, line: int) -> list[int] | None:
         """BOS and ``prompt``'s tokens, cut to fit the model (with a warning naming ``line``);
@@ -165,7 +167,7 @@ def _texts(texts: Any, method: str) -> list[str]:
     texts = list(texts)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise TypeError(f"{method}: item {i} is a {type(text).__name__}, not a string")
+            raise TypeError(f"{method}: item {i} is not a string but {type(text).__name__}")
     return texts
 
 

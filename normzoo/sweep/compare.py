@@ -34,8 +34,8 @@ def _run(run_dir: Path) -> tuple[list[str], str, dict[str, Any]]:
         raise CompareError(f"{run_dir} is not a run directory (no recipe.yaml)")
     recipe = yaml.safe_load(recipe_file.read_text(encoding="utf-8"))
     if recipe.get("task") != "translation":
-        raise CompareError(f"{run_dir} is a {recipe.get('task')} run; compare scores "
-                           "translations")
+        raise CompareError(f"{run_dir} is not a translation run (its task is "
+                           f"{recipe.get('task')}); compare scores translations")
     split = recipe["data"]["test_split"]
     hyps = run_dir / f"hyps.{split}.txt"
     if not hyps.is_file():
