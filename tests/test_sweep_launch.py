@@ -616,7 +616,7 @@ def test_compare_refuses_one_seed_counted_twice_on_a_side(tmp_path: Path, monkey
     thrice = runner.invoke(app, ["compare", *["-b", str(poor)] * 3, *["-s", str(good)] * 3])
     assert thrice.exit_code == 2, thrice.output
     assert "the baseline runs must be one run per seed" in thrice.output
-    assert f"{poor} is given twice" in thrice.output and "shown" not in thrice.output
+    assert thrice.output.count(f"{poor} is given twice") == 1 and "shown" not in thrice.output
     seeds = runner.invoke(app, ["compare", "-b", str(poor), "-s", str(good), "-s", str(copy)])
     assert seeds.exit_code == 2, seeds.output
     assert f"{good} and {copy} are both seed 1" in seeds.output

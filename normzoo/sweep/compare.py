@@ -104,13 +104,18 @@ def _refuse_repeats(side: str, dirs: list[Path], seeds: list[Any]) -> None:
     """A side's runs are its seeds: the same run given twice, or two runs of one seed (a copied
     folder, a re-run), would count one seed's BLEU as several and shrink the seeds' noise that
     Welch's t-test measures, so that three copies of one run could be called shown."""
-    problems = []
+    problems: list[str] = []
     for i, (run_dir, seed) in enumerate(zip(dirs, seeds, strict=True)):
         for earlier, earlier_seed in zip(dirs[:i], seeds[:i], strict=False):
             if run_dir.resolve() == earlier.resolve():
-                problems.append(f"{run_dir} is given twice")
+                problem = f"{run_dir} is given twice"
             elif seed == earlier_seed:
-                problems.append(f"{earlier} and {run_dir} are both seed {seed}")
+                problem = f"{earlier} and {run_dir} are both seed {seed}"
+            else:
+                continue
+            if problem not in problems:
+                problems.append(problem)
+            break
     if problems:
         raise CompareError(f"the {side} runs must be one run per seed: {'; '.join(problems)}")
 
