@@ -147,6 +147,17 @@ def test_text_fields_take_the_text_as_written():
         "trainer": {"progress_bar": False}}
 
 
+@pytest.mark.parametrize("text", ["model=null", "model=", "data.tokenizer=~", "optim= "])
+def test_a_section_is_not_emptied_by_an_override(text: str):
+    """``model=`` (a stray space in a command line) or ``model=null`` put back every default
+    of the model section, a 6+6 d-512 model in place of the recipe's, without a word."""
+    with pytest.raises(ConfigError, match=r"is a section: an empty value would reset") as error:
+        apply_overrides({"model": {"d_model": 64}}, [text])
+    assert f"{text.split('=')[0]}.KEY=VALUE" in str(error.value)
+    # an optional field is still cleared by null
+    assert apply_overrides({}, ["model.qk_norm=null"]) == {"model": {"qk_norm": None}}
+
+
 def test_overrides_change_a_loaded_recipe(tmp_path: Path):
     path = write(tmp_path, "task: translation\noptim: {lr: 1.0e-3}\n")
     recipe = load(path, ["optim.lr=3e-4", "trainer.max_steps=7", "trainer.progress_bar=false",

@@ -36,6 +36,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     except Unreadable as error:
         raise ConfigError([Problem(key, f"value is not valid YAML ({error})")],
                           "invalid override") from None
+    if value is None and _is_section(_annotation(key)):
+        # An empty section in a file means its defaults; on the command line ``model=`` or
+        # ``model=null`` would silently put back every default of the recipe's model.
+        raise ConfigError([Problem(key, f"is a section: an empty value would reset each of "
+                                   f"its keys to the default; set the keys inside it "
+                                   f"({key}.KEY=VALUE)")], "invalid override")
     if not is_text_field(key) or value is None:
         # YAML reads "1e-4" as a string (YAML 1.1); users mean a number.
         if isinstance(value, str):
@@ -48,20 +54,29 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def is_text_field(key: str) -> bool:
-    """Whether the recipe field at ``key`` holds text (``data.tgt_lang``, ``run.dir``...)."""
+def _annotation(key: str) -> Any:
+    """The type the recipe schema gives the field at ``key`` (dotted), or None if the schema
+    has no such field."""
     model: type[BaseModel] = Recipe
     parts = key.split(".")
     for part in parts[:-1]:
         field = model.model_fields.get(part)
         annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return False
+        if not _is_section(annotation):
+            return None
         model = annotation
     field = model.model_fields.get(parts[-1])
-    if field is None:
-        return False
-    return field.annotation is str or set(get_args(field.annotation)) == {str, type(None)}
+    return field.annotation if field is not None else None
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def is_text_field(key: str) -> bool:
+    """Whether the recipe field at ``key`` holds text (``data.tgt_lang``, ``run.dir``...)."""
+    annotation = _annotation(key)
+    return annotation is str or set(get_args(annotation)) == {str, type(None)}
 
 
 def _set(data: dict[str, Any], key: str, value: Any) -> Problem | None:
