@@ -147,6 +147,15 @@ def test_text_fields_take_the_text_as_written():
         "trainer": {"progress_bar": False}}
 
 
+def test_a_second_recipe_file_is_named_as_one():
+    """``normzoo recipe validate recipes/*.yaml`` hands the other files over as overrides."""
+    with pytest.raises(ConfigError, match=r"a second recipe file\? a command takes one recipe"):
+        apply_overrides({}, ["recipes/gpt_prenorm.yaml"])
+    with pytest.raises(ConfigError) as error:
+        apply_overrides({}, ["nonsense"])
+    assert "recipe file" not in str(error.value)
+
+
 @pytest.mark.parametrize("text", ["model=null", "model=", "data.tokenizer=~", "optim= "])
 def test_a_section_is_not_emptied_by_an_override(text: str):
     """``model=`` (a stray space in a command line) or ``model=null`` put back every default

@@ -25,7 +25,10 @@ NAMED_SECTIONS = (["model", "norm"], ["model", "residual"])
 def parse_override(text: str) -> tuple[str, Any]:
     """``"optim.lr=3e-4"`` -> ``("optim.lr", 0.0003)``; the value is read as a YAML scalar."""
     if "=" not in text:
-        raise ConfigError([Problem(text, "an override must look like key=value")],
+        # ``normzoo recipe validate recipes/*.yaml``: the shell hands over the other files too
+        extra = (" (a second recipe file? a command takes one recipe: run it once for each)"
+                 if text.strip().lower().endswith((".yaml", ".yml")) else "")
+        raise ConfigError([Problem(text, f"an override must look like key=value{extra}")],
                           "invalid override")
     key, _, raw = text.partition("=")
     key = key.strip()
