@@ -666,6 +666,57 @@ def test_compare_reads_runs_whose_recipes_hold_keys_since_removed(tmp_path: Path
     assert result["identical"] and result["baseline_seed_bleu"] == [100.0]
 
 
+def _lm_run(run_dir: Path, loss: float | None, seed: int) -> Path:
+    """A finished tiny causal-LM run as ``normzoo compare`` reads it: the resolved recipe and
+    the ``summary.json`` with its test loss (None: the final test did not run)."""
+    import json
+
+    from normzoo.recipe import from_dict
+
+    run_dir.mkdir(parents=True)
+    recipe = from_dict(tiny(task="causal_lm", seed=seed, run={"dir": str(run_dir)},
+                            model={"family": "decoder", "encoder_layers": 0}))
+    (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
+    test = {} if loss is None else {"test": {"split": "test", "loss": loss}}
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed", **test}),
+                                          encoding="utf-8")
+    return run_dir
+
+
+def test_compare_judges_language_models_on_their_test_loss(tmp_path: Path):
+    """A language model's runs keep no per-sentence losses: Welch's t-test over the seeds
+    decides alone, and the lower test loss is the better. compare refused them before ("compare
+    scores translations")."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from normzoo.cli import app
+
+    runner = CliRunner()
+    base = [_lm_run(tmp_path / f"pre{s}", loss, s) for s, loss in ((1, 4.03), (2, 4.05), (3, 4.02))]
+    lower = [_lm_run(tmp_path / f"peri{s}", loss, s)
+             for s, loss in ((1, 3.78), (2, 3.80), (3, 3.79))]
+    args = [a for d in base for a in ("-b", str(d))] + [a for d in lower for a in ("-s", str(d))]
+    result = runner.invoke(app, ["compare", *args])
+    assert result.exit_code == 0, result.output
+    assert "baseline: 3 runs, test loss 4.0333 ± 0.0153" in result.output
+    assert "the system has the lower test loss: the system is -0.2433 nats/token" in result.output
+    assert "shown: the seeds' test below 0.05" in result.output
+    report = json.loads(runner.invoke(app, ["compare", *args, "--json"]).output)
+    assert report["better"] == "system" and report["verdict"] == "shown"
+    one = runner.invoke(app, ["compare", "-b", str(base[0]), "-s", str(lower[0])])
+    assert one.exit_code == 0 and "not shown" in one.output and "one seed a side" in one.output
+    unfinished = _lm_run(tmp_path / "unfinished", None, 4)
+    for bad, says in (
+            (["-b", str(base[0]), "-s", str(unfinished)], "has no test loss in summary.json"),
+            (["-b", str(base[0]), "-b", str(base[0]), "-s", str(lower[0])], "is given twice"),
+            (["-b", str(base[0]), "-s", str(_translation_run(tmp_path / "mt", ["a"]))],
+             "the runs are of different tasks")):
+        refused = runner.invoke(app, ["compare", *bad])
+        assert refused.exit_code == 2 and says in refused.output, refused.output
+
+
 def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_line(
         tmp_path: Path, monkeypatch):
     # str.splitlines() also splits at U+2028, U+0085 and friends; the run wrote one

@@ -25,14 +25,32 @@ class CompareError(NormzooError):
     """The runs cannot be compared (missing translations, other test sets)."""
 
 
-def _run(run_dir: Path) -> tuple[list[str], str, dict[str, Any]]:
-    """A finished translation run's test hypotheses, test split name and resolved recipe."""
+def run_recipe(run_dir: Path) -> dict[str, Any]:
+    """The resolved recipe a run directory holds (``recipe.yaml``), as plain data."""
     import yaml
 
     recipe_file = run_dir / "recipe.yaml"
     if not recipe_file.is_file():
         raise CompareError(f"{run_dir} is not a run directory (no recipe.yaml)")
     recipe = yaml.safe_load(recipe_file.read_text(encoding="utf-8"))
+    if not isinstance(recipe, dict):
+        raise CompareError(f"{run_dir}/recipe.yaml is not a recipe")
+    return recipe
+
+
+def run_task(run_dirs: list[Path]) -> str:
+    """The task every one of ``run_dirs`` trained (translation, mlm, causal_lm): the runs
+    compared must share it."""
+    tasks = {str(d): run_recipe(d).get("task") for d in run_dirs}
+    if len(set(tasks.values())) > 1:
+        raise CompareError("the runs are of different tasks: " + ", ".join(
+            f"{d} ({task})" for d, task in tasks.items()))
+    return str(next(iter(tasks.values())))
+
+
+def _run(run_dir: Path) -> tuple[list[str], str, dict[str, Any]]:
+    """A finished translation run's test hypotheses, test split name and resolved recipe."""
+    recipe = run_recipe(run_dir)
     if recipe.get("task") != "translation":
         raise CompareError(f"{run_dir} is not a translation run (its task is "
                            f"{recipe.get('task')}); compare scores translations")
@@ -67,7 +85,7 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
         raise CompareError("give at least one baseline and one system run")
     runs = {"baseline": [_run(d) for d in baselines], "system": [_run(d) for d in systems]}
     for side, dirs in (("baseline", baselines), ("system", systems)):
-        _refuse_repeats(side, dirs, [recipe.get("seed") for _, _, recipe in runs[side]])
+        refuse_repeats(side, dirs, [recipe.get("seed") for _, _, recipe in runs[side]])
     split, first = runs["baseline"][0][1], runs["baseline"][0][2]
     references = _references(first, split, data_dir)
     for side, dirs in (("baseline", baselines), ("system", systems)):
@@ -100,7 +118,7 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
             **pooled.as_dict(), "verdict": verdict.label, "reason": verdict.reason}
 
 
-def _refuse_repeats(side: str, dirs: list[Path], seeds: list[Any]) -> None:
+def refuse_repeats(side: str, dirs: list[Path], seeds: list[Any]) -> None:
     """A side's runs are its seeds: the same run given twice, or two runs of one seed (a copied
     folder, a re-run), would count one seed's BLEU as several and shrink the seeds' noise that
     Welch's t-test measures, so that three copies of one run could be called shown."""
@@ -185,14 +203,18 @@ def _side(name: str, bleus: list[float], precisions: list[str]) -> str:
     return f"{name}: {runs}, BLEU {mean:.2f}{spread}, {kinds}"
 
 
+def difference_notes(result: dict[str, Any]) -> list[str]:
+    """A ``note:`` line for each side whose runs differ in more than their seed."""
+    return [f"note: the {side} runs differ in more than their seed: " + "; ".join(
+                f"{key} ({', '.join(str(v) for v in values)})" for key, values in found.items())
+            for side in ("baseline", "system") if (found := result[f"{side}_differences"])]
+
+
 def format_comparison(result: dict[str, Any]) -> str:
     difference, better = direction(result)
     lines = [_side("baseline", result["baseline_seed_bleu"], result["baseline_precision"]),
              _side("system", result["system_seed_bleu"], result["system_precision"])]
-    for side in ("baseline", "system"):
-        if found := result[f"{side}_differences"]:
-            lines.append(f"note: the {side} runs differ in more than their seed: " + "; ".join(
-                f"{key} ({', '.join(str(v) for v in values)})" for key, values in found.items()))
+    lines += difference_notes(result)
     if result["identical"]:
         # sacreBLEU gives identical systems p = 1/(samples+1) by design (multeval's
         # convention: a zero difference is not chance); there is simply nothing to test.
