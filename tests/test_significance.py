@@ -118,3 +118,24 @@ def test_without_per_sentence_scores_the_seeds_decide_alone_and_say_so():
     assert judge(low[:2], high[:2], None, sentence_test=False).label == INDICATED
     assert judge([4.03, 3.9, 4.1], [4.0, 3.95, 4.05], None,
                  sentence_test=False).label == NOT_SHOWN
+
+
+def test_compare_on_the_committed_llama_cells_gives_the_study_s_verdicts():
+    """``normzoo compare`` on language-model runs is the rule the Llama-style study applies:
+    on its committed Multi30k cells it finds what docs/study-llama.md reports (Peri-LN -0.250
+    nats/token against Pre-LN, Welch p = 7.5e-05; DeepNorm -0.062, p = 0.0204; both shown),
+    and one seed against another of Pre-LN is not shown."""
+    from normzoo.sweep.compare_lm import compare_lm_runs, lm_direction
+
+    cells = ROOT / "docs" / "study-llama" / "data" / "multi30k-de"
+
+    def seeds(scheme: str) -> list[Path]:
+        return [cells / f"seed-{s}_residual-{scheme}" for s in (1, 2, 3)]
+
+    for scheme, difference, p_value in (("peri", -0.250, 7.5e-05), ("deepnorm", -0.062, 0.0204)):
+        result = compare_lm_runs(seeds("pre"), seeds(scheme))
+        assert result["verdict"] == "shown"
+        assert lm_direction(result) == (pytest.approx(difference, abs=5e-4), "system")
+        assert result["welch_p"] == pytest.approx(p_value, rel=0.01)
+    one = compare_lm_runs(seeds("pre")[:1], seeds("pre")[1:2])
+    assert one["verdict"] != "shown"

@@ -211,6 +211,8 @@ def difference_notes(result: dict[str, Any]) -> list[str]:
 
 
 def format_comparison(result: dict[str, Any]) -> str:
+    from normzoo.sweep.significance import p_text
+
     difference, better = direction(result)
     lines = [_side("baseline", result["baseline_seed_bleu"], result["baseline_precision"]),
              _side("system", result["system_seed_bleu"], result["system_precision"])]
@@ -228,7 +230,7 @@ def format_comparison(result: dict[str, Any]) -> str:
             lines.append("the same BLEU: neither scores higher")
         welch = result["welch_p"]
         lines.append("seeds: " + ("Welch's t-test needs two runs a side or more" if welch is None
-                                  else f"Welch's t-test on the runs' BLEU, p = {welch:.4f}"))
+                                  else f"Welch's t-test on the runs' BLEU, p = {p_text(welch)}"))
         pooled = (f"{result['pairs']} runs a side pooled, paired in order" if result["pairs"] > 1
                   else "one run a side")
         lines.append(f"sentences: paired bootstrap ({pooled}; two-sided), p = "

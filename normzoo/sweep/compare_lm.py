@@ -50,7 +50,7 @@ def compare_lm_runs(baselines: list[Path], systems: list[Path]) -> dict[str, Any
             if run_split != split:
                 raise CompareError(f"{run_dir} was tested on {run_split} and {baselines[0]} on "
                                    f"{split}: not the same test set")
-    loss = {side: [round(value, 4) for value, _ in runs] for side, runs in found.items()}
+    loss = {side: [value for value, _ in runs] for side, runs in found.items()}
     precision = {side: [_precision(r) for r in side_recipes]
                  for side, side_recipes in recipes.items()}
     verdict = judge(loss["baseline"], loss["system"], None,
@@ -83,7 +83,7 @@ def lm_direction(result: dict[str, Any]) -> tuple[float, str | None]:
 
 def format_lm_comparison(result: dict[str, Any]) -> str:
     from normzoo.sweep.compare import difference_notes
-    from normzoo.sweep.significance import mean_sd
+    from normzoo.sweep.significance import mean_sd, p_text
 
     lines = []
     for side in ("baseline", "system"):
@@ -102,6 +102,6 @@ def format_lm_comparison(result: dict[str, Any]) -> str:
                  "nats/token" if lower else "the same test loss: neither is lower")
     welch = result["welch_p"]
     lines.append("seeds: " + ("Welch's t-test needs two runs a side or more" if welch is None
-                              else f"Welch's t-test on the runs' test loss, p = {welch:.4f}"))
+                              else f"Welch's t-test on the runs' test loss, p = {p_text(welch)}"))
     lines.append(f"{result['verdict']}: {result['reason']}")
     return "\n".join(lines)

@@ -76,9 +76,9 @@ def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float
     if not sentence_test:
         bootstrap_p = 0.0 if by_seeds else None
     by_sentences = bootstrap_p is not None and bootstrap_p < alpha
-    seed_text = _p(seed_p) if seed_p is not None else "– (fewer than two seeds a side)"
+    seed_text = p_text(seed_p) if seed_p is not None else "– (fewer than two seeds a side)"
     tests = (f"seeds: Welch p = {seed_text}; sentences: paired bootstrap p = "
-             f"{_p(bootstrap_p)}" if sentence_test else
+             f"{p_text(bootstrap_p)}" if sentence_test else
              f"seeds: Welch p = {seed_text}; no per-sentence scores, so the test set's noise "
              "is not tested apart from the seeds'")
     if len(set(precisions)) > 1:
@@ -103,7 +103,8 @@ def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float
     return Verdict(NOT_SHOWN, f"no test finds a difference ({tests})")
 
 
-def _p(value: float | None) -> str:
+def p_text(value: float | None) -> str:
+    """A p-value as the verdicts print it: four decimals, or two digits below 1e-4."""
     if value is None:
         return "–"
     return "0" if value == 0 else f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
