@@ -125,7 +125,7 @@ def test_compare_on_the_committed_llama_cells_gives_the_study_s_verdicts():
     on its committed Multi30k cells it finds what docs/study-llama.md reports (Peri-LN -0.250
     nats/token against Pre-LN, Welch p = 7.5e-05; DeepNorm -0.062, p = 0.0204; both shown),
     and one seed against another of Pre-LN is not shown."""
-    from normzoo.sweep.compare_lm import compare_lm_runs, lm_direction
+    from normzoo.sweep.lm_comparison import compare_lm_runs, lm_direction
 
     cells = ROOT / "docs" / "study-llama" / "data" / "multi30k-de"
 

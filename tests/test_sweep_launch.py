@@ -483,6 +483,29 @@ def test_paired_bootstrap_is_sacrebleus_and_tells_a_real_difference_from_none():
         paired_bootstrap(weak[:3], strong, refs)
 
 
+def test_results_name_the_compare_command_for_each_setting_against_the_first(tmp_path: Path):
+    """The means over seeds are not a test: results.md ends with the ``normzoo compare`` line
+    that judges each setting against the first on their finished cells, and it parses."""
+    from test_docs_commands import parse
+
+    from normzoo.sweep.seeds import compare_commands
+
+    rows = [{"cell": f"seed-{s}_residual-{r}", "seed": s, "model.residual": r,
+             "status": "failed" if (r, s) == ("sub ln", "3") else "ok"}
+            for r in ("pre", "post", "sub ln") for s in ("1", "2", "3")]
+    out = tmp_path / "my sweep"
+    lines = compare_commands(rows, ["seed", "model.residual"], out)
+    commands = [line for line in lines if line.startswith("normzoo compare")]
+    assert lines[lines.index("# post against pre") + 1] == commands[0]
+    assert commands[0].count(" -b ") == 3 and commands[0].count(" -s ") == 3
+    assert f"-b '{out}/seed-1_residual-pre'" in commands[0]
+    assert commands[1].count(" -s ") == 2  # its failed seed left out
+    assert all(parse(command) is None for command in commands)
+    assert compare_commands(rows, ["model.residual"], out) == []  # no seed axis
+    one = [r for r in rows if r["model.residual"] == "pre"]
+    assert compare_commands(one, ["seed", "model.residual"], out) == []  # one setting
+
+
 def test_results_give_mean_and_sd_over_seeds_per_setting():
     from normzoo.sweep.seeds import over_seeds
 

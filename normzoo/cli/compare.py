@@ -1,7 +1,7 @@
 """``normzoo compare``: whether one setting's test BLEU beats another's beyond chance, over the
 seeds (Welch's t-test on the runs' BLEU) and over the sentences (sacreBLEU's paired bootstrap
 resampling, as ``sacrebleu --paired-bs``); for language models, whether its test loss is lower
-over the seeds (:mod:`normzoo.sweep.compare_lm`).
+over the seeds (:mod:`normzoo.sweep.lm_comparison`).
 
 sacreBLEU loads inside the command, never at import.
 """
@@ -42,7 +42,7 @@ def compare(
         result = compare_runs(baseline, system, data_dir, samples)
         typer.echo(to_json(result) if as_json else format_comparison(result))
         return
-    from normzoo.sweep.compare_lm import compare_lm_runs, format_lm_comparison, lm_json
+    from normzoo.sweep.lm_comparison import compare_lm_runs, format_lm_comparison, lm_json
 
     result = compare_lm_runs(baseline, system)
     typer.echo(lm_json(result) if as_json else format_lm_comparison(result))

@@ -28,7 +28,7 @@ from normzoo.recipe.grid import (  # noqa: F401  (cells' names and overrides: pu
     value_name,
 )
 from normzoo.sweep.launch import run_cells
-from normzoo.sweep.seeds import over_seeds
+from normzoo.sweep.seeds import compare_commands, over_seeds
 from normzoo.sweep.slurm import Slurm
 
 FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
@@ -131,7 +131,7 @@ def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> Non
         cells_ = [row.get(k, "") for k in fields[1:]]
         lines.append("| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c)
                                        for c in cells_) + " |")
-    lines += over_seeds(rows, keys)
+    lines += over_seeds(rows, keys) + compare_commands(rows, keys, out)
     atomic_write_text(out / "results.md", "\n".join(lines) + "\n", "sweep results")
 
 

@@ -4,7 +4,9 @@ that the seed alone makes."""
 
 from __future__ import annotations
 
+import shlex
 import statistics
+from pathlib import Path
 from typing import Any
 
 SEED_AXIS = "seed"
@@ -50,3 +52,32 @@ def over_seeds(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
             cells.append(f"{mean:.{digits}f}" + ("" if sd is None else f" ± {sd:.{digits}f}"))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def compare_commands(rows: list[dict[str, Any]], keys: list[str], out: Path) -> list[str]:
+    """Markdown lines: the ``normzoo compare`` command that judges each setting against the
+    first one over their finished seeds (the means above are not a test); no lines without a
+    seed axis or with a single setting."""
+    if SEED_AXIS not in keys:
+        return []
+    others = [k for k in keys if k != SEED_AXIS]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        setting = tuple(str(row.get(k, "")) for k in others)
+        cells = groups.setdefault(setting, [])
+        if row.get("status") == "ok":
+            cells.append(row["cell"])
+    if len(groups) < 2:
+        return []
+    (first, baseline), *rest = groups.items()
+
+    def side(flag: str, cells: list[str]) -> str:
+        return " ".join(f"{flag} {shlex.quote(str(out / cell))}" for cell in cells)
+
+    lines = ["", "Whether a setting differs from the first beyond its seeds' spread "
+             "(one command each; three seeds a side to show it):", "", "```bash"]
+    for setting, cells in rest:
+        if baseline and cells:
+            lines.append(f"# {', '.join(setting)} against {', '.join(first)}")
+            lines.append(f"normzoo compare {side('-b', baseline)} {side('-s', cells)}")
+    return [*lines, "```"] if len(lines) > 4 else []
