@@ -524,6 +524,12 @@ def test_results_give_mean_and_sd_over_seeds_per_setting():
     # the seeds averaged (one: no spread), then how many diverged and failed
     assert "| 1 | 1 | 1 | 18.00 | 3.5000 |" in pre
     assert over_seeds(rows, ["model.residual"]) == []
+    # a language model's test loss, last: a column of its own
+    lm = [{"model.residual": "pre", "seed": s, "status": "ok", "test_loss": v, "steps": 800}
+          for s, v in (("1", 4.02), ("2", 4.05), ("3", 4.04))]
+    lines = over_seeds(lm, ["model.residual", "seed"])
+    assert lines[3].endswith("| steps | test loss |")
+    assert lines[-1].endswith("| 800 ± 0 | 4.0367 ± 0.0153 |")
 
 
 def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, monkeypatch):

@@ -33,7 +33,7 @@ from normzoo.sweep.slurm import Slurm
 
 FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
-          "metric_value", "test_bleu"]
+          "metric_value", "test_bleu", "test_loss"]  # test_loss: language models
 
 
 def final_train_loss(run_dir: Path) -> float | None:
@@ -101,12 +101,14 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
         row.update(status="ok", diverged_at_step="", steps=summary["steps"],
                    stopped=summary.get("stopped", ""),
                    metric_value=summary["validation"].get(metric, ""),
-                   test_bleu=summary.get("test", {}).get("bleu", ""))
+                   test_bleu=summary.get("test", {}).get("bleu", ""),
+                   test_loss=summary.get("test", {}).get("loss", ""))
     except DivergenceError as error:
         step = re.search(r"diverged at step (\d+)", str(error))
         row.update(status="diverged", stopped="diverged",
                    diverged_at_step=int(step.group(1)) if step else "",
-                   steps=int(step.group(1)) if step else "", metric_value="", test_bleu="")
+                   steps=int(step.group(1)) if step else "", metric_value="", test_bleu="",
+                   test_loss="")
     row["final_train_loss"] = final_train_loss(run_dir)
     if diagnose:
         from normzoo.diagnostics.diagnose import diagnose_run

@@ -11,7 +11,8 @@ from typing import Any
 
 SEED_AXIS = "seed"
 MEASURES = (("test_bleu", "test BLEU", 2), ("metric_value", "validation metric", 4),
-            ("final_train_loss", "final train loss", 4), ("steps", "steps", 0))
+            ("final_train_loss", "final train loss", 4), ("steps", "steps", 0),
+            ("test_loss", "test loss", 4))  # test loss: language models
 
 
 def _number(value: Any) -> float | None:
