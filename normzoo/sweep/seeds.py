@@ -27,15 +27,23 @@ def mean_sd(values: list[float]) -> tuple[float, float | None]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def _by_setting(rows: list[dict[str, Any]], keys: list[str]
+                ) -> tuple[list[str], dict[tuple[str, ...], list[dict[str, Any]]]]:
+    """The axes other than ``seed`` and the rows grouped by their setting of them, in the
+    order the settings first appear."""
+    others = [k for k in keys if k != SEED_AXIS]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(str(row.get(k, "")) for k in others), []).append(row)
+    return others, groups
+
+
 def over_seeds(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
     """Markdown lines: one row per setting of the axes other than ``seed``, with the seeds
     finished and mean ± sd of each measure over them; no lines without a seed axis."""
     if SEED_AXIS not in keys:
         return []
-    others = [k for k in keys if k != SEED_AXIS]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(str(row.get(k, "")) for k in others), []).append(row)
+    others, groups = _by_setting(rows, keys)
     header = [*others, "seeds", "diverged", "failed", *(name for _, name, _ in MEASURES)]
     lines = ["", "Over seeds (mean ± standard deviation of the finished, undiverged cells):", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -61,13 +69,8 @@ def compare_commands(rows: list[dict[str, Any]], keys: list[str], out: Path) -> 
     seed axis or with a single setting."""
     if SEED_AXIS not in keys:
         return []
-    others = [k for k in keys if k != SEED_AXIS]
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for row in rows:
-        setting = tuple(str(row.get(k, "")) for k in others)
-        cells = groups.setdefault(setting, [])
-        if row.get("status") == "ok":
-            cells.append(row["cell"])
+    groups = {setting: [r["cell"] for r in members if r.get("status") == "ok"]
+              for setting, members in _by_setting(rows, keys)[1].items()}
     if len(groups) < 2:
         return []
     (first, baseline), *rest = groups.items()
