@@ -84,7 +84,7 @@ def test_export_onto_an_existing_file_is_refused(tiny_checkpoint: Path, tmp_path
     assert not leftovers(tmp_path)
     # under a file (mkdir says only "File exists"): named, before the checkpoint is read
     cli(["export", tiny_checkpoint, "--out", target / "sub" / "export"], 2,
-        f"{target} is a file, not a folder")
+        f"is under {target}, a file, not a folder")
     assert target.read_text() == "keep me"
 
 

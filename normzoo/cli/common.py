@@ -168,11 +168,10 @@ def check_output_folder(path: Path, option: str) -> None:
     """Refuse, before any work, an output folder that is a file or lies under one (making it
     would fail with only "File exists" or "Not a directory", after the work)."""
     from normzoo.errors import NormzooError
-    from normzoo.io.atomic import file_in_the_way
+    from normzoo.io.atomic import not_a_folder
 
-    if (in_the_way := file_in_the_way(path)) is not None:
-        where = "is a file" if in_the_way == path.absolute() else f"is under {in_the_way}, a file"
-        raise NormzooError(f"{option} {path} {where}, not a folder")
+    if (why := not_a_folder(path)) is not None:
+        raise NormzooError(f"{option} {path} {why}")
 
 
 def check_output_file(path: Path, option: str) -> None:

@@ -37,7 +37,7 @@ from normzoo.checkpoints.rebuild import load_state
 from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
 from normzoo.errors import RuntimeFailure
 from normzoo.inference.load import load_checkpoint
-from normzoo.io.atomic import file_in_the_way, fsync_directory, os_reason
+from normzoo.io.atomic import fsync_directory, not_a_folder, os_reason
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -96,9 +96,8 @@ def _refuse_unusable(checkpoint: Path, out: Path) -> None:
                               "another --out")
     if out.is_dir() and any(out.iterdir()):
         raise CheckpointError(f"{out} exists and is not empty; choose another --out")
-    if (in_the_way := file_in_the_way(out)) is not None:
-        raise CheckpointError(f"--out {out}: {in_the_way} is a file, not a folder; choose "
-                              "another --out")
+    if (why := not_a_folder(out)) is not None:
+        raise CheckpointError(f"--out {out} {why}; choose another --out")
 
 
 def _umask() -> int:

@@ -51,13 +51,18 @@ def os_reason(error: BaseException) -> str:
     return getattr(error, "strerror", None) or str(error)
 
 
-def file_in_the_way(folder: str | Path) -> Path | None:
-    """The file standing where ``folder``, or a folder above it, would have to be: making the
-    folder would fail with only "File exists" or "Not a directory", so a command names it
-    before it starts work. None when the way is clear."""
+def not_a_folder(folder: str | Path) -> str | None:
+    """The file standing where ``folder``, or a folder above it, would have to be, worded to
+    follow the folder's name ("is a file, not a folder" or "is under F, a file, not a folder"):
+    making the folder would fail with only "File exists" or "Not a directory", so a command
+    says this before it starts work, in the same words everywhere. None when the way is clear."""
     folder = Path(folder).absolute()
-    there = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    return there if there is not None and not there.is_dir() else None
+    in_the_way = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if in_the_way is None or in_the_way.is_dir():
+        return None
+    if in_the_way == folder:
+        return "is a file, not a folder"
+    return f"is under {in_the_way}, a file, not a folder"
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], what: str = "file") -> None:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from normzoo.errors import NormzooError
-from normzoo.io.atomic import atomic_write_text, file_in_the_way
+from normzoo.io.atomic import atomic_write_text, not_a_folder
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import run_directory
 
@@ -175,11 +175,9 @@ class RunDirectory:
         """Rank 0 takes the lock, refusing first a path a file stands in the way of, and
         ``--resume auto`` of a run that does not exist (before the lock creates it)."""
         if self.rank == 0:
-            if (in_the_way := file_in_the_way(self.path)) is not None:
-                where = "is a file" if in_the_way == self.path.absolute() else (
-                    f"is under {in_the_way}, a file")
-                raise RunDirectoryExists(f"run directory {self.path} {where}, not a folder; "
-                                         "choose another with run.dir=PATH")
+            if (why := not_a_folder(self.path)) is not None:
+                raise RunDirectoryExists(f"run directory {self.path} {why}; choose another "
+                                         "with run.dir=PATH")
             refuse_missing_run(self.path, resume, self.recipe_path)
             self.lock = RunLock(self.path).acquire()
 
