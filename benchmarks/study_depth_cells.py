@@ -52,6 +52,7 @@ class Cell:
         self.on_gpu = machine.get("device") == "cuda" or (
             log.is_file() and GPU_LOG in log.read_text(encoding="utf-8"))
         self.machine = machine.get("gpu") if self.on_gpu else machine.get("cpu")
+        self.threads = machine.get("torch_threads")  # its last process's, as recorded
         self.scored = (folder / "cell.json").is_file()
         test = summary.get("test") or {}
         self.bleu = as_float(test.get("bleu"))

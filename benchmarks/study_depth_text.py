@@ -20,6 +20,9 @@ def how_it_was_run(cells: list[Any]) -> list[str]:
     gpu = [c for c in cells if c.on_gpu]
     machines = sorted({c.machine for c in cells if c.machine})
     signatures = sorted({c.signature for c in cells if c.signature})
+    two = [c.label for c in cells if not c.on_gpu and (c.threads or 1) > 1]
+    two_threads = (f" ({', '.join(two)}: the last stretch with two threads, alone on the "
+                   "cores, as its summary.json records)" if two else "")
     return [
         "## How it was run", "",
         f"The recipe, [`{sd.RECIPE}`](../{sd.RECIPE}), is the protocol of fairseq's IWSLT14 "
@@ -54,10 +57,10 @@ def how_it_was_run(cells: list[Any]) -> list[str]:
         "50 and 8.659921 at 100 in both, on two different CPUs); `3fd4a6b` changes no "
         "training code, only what the diagnostics record and how the final test averages.", "",
         "**Where the cells ran.** The CPU cells one thread each, two side by side on a 2-core "
-        "AMD EPYC: the machine changed between sessions (a Zen 5 and a Zen 4 with bf16 "
-        "instructions, a Zen 3 without, where `bf16-mixed` falls back to `32-true` and the "
-        "cell's `recipe.yaml` records it), so each cell's row names its precision and, where "
-        "the run recorded it, its processor. Three sessions were lent an NVIDIA H200 for 15 "
+        f"AMD EPYC{two_threads}: the machine changed between sessions (a Zen 5 and a Zen 4 "
+        "with bf16 instructions, a Zen 3 without, where `bf16-mixed` falls back to `32-true` "
+        "and the cell's `recipe.yaml` records it), so each cell's row names its precision and, "
+        "where the run recorded it, its processor. Three sessions were lent an NVIDIA H200 for 15 "
         "minutes of device time each. The first trained on the host's CPU by a defect of "
         "`normzoo sweep --jobs` (since fixed; its partial cells are not used). The second "
         "trained ResiDual and Sub-LN at 18+18, whose final test then ran out of device time "
@@ -67,7 +70,7 @@ def how_it_was_run(cells: list[Any]) -> list[str]:
         "bound by their own CPU process, not the GPU; a throttle written for a saturated GPU "
         "stopped four of them, and Pre-LN and DeepNorm seed 1 trained to the cap and were "
         "scored there (a second call on the same machine resumed them from their checkpoints). "
-        f"Cells so far: {_count(cells)}; {cpu_hours:.1f} h of one-thread training on the CPU "
+        f"Cells so far: {_count(cells)}; {cpu_hours:.1f} h of training on the CPU "
         f"in all, {len(gpu)} cells on the GPU. Machines recorded: "
         + (", ".join(machines) or "–") + ".", "",
         "sacreBLEU: " + (", ".join(f"`{s}`" for s in signatures) or "–"), "",
