@@ -20,9 +20,10 @@ def how_it_was_run(cells: list[Any]) -> list[str]:
     gpu = [c for c in cells if c.on_gpu]
     machines = sorted({c.machine for c in cells if c.machine})
     signatures = sorted({c.signature for c in cells if c.signature})
-    two = [c.label for c in cells if not c.on_gpu and (c.threads or 1) > 1]
-    two_threads = (f" ({', '.join(two)}: the last stretch with two threads, alone on the "
-                   "cores, as its summary.json records)" if two else "")
+    two = [f"{c.tier} {c.label}" for c in cells if not c.on_gpu and (c.threads or 1) > 1]
+    records = "its summary.json records" if len(two) == 1 else "their summary.json files record"
+    two_threads = (f" ({'; '.join(two)}: the last stretch with two torch threads, as {records})"
+                   if two else "")
     return [
         "## How it was run", "",
         f"The recipe, [`{sd.RECIPE}`](../{sd.RECIPE}), is the protocol of fairseq's IWSLT14 "

@@ -239,6 +239,19 @@ def test_a_killed_and_resumed_cell_counts_the_time_of_every_process(report, tmp_
     assert "| -0.50 | 8.2 |" in text
 
 
+def test_a_cell_with_two_threads_is_named_with_what_its_record_says(report, tmp_path: Path):
+    """summary.json records the last process's torch threads, nothing about what else ran:
+    the report names the cell and its threads and claims no more."""
+    cell = _cell(tmp_path / "runs", "nowarmup", "post", "1", 0.5, BAD, precision="32-true")
+    summary = json.loads((cell / "summary.json").read_text())
+    summary["machine"]["torch_threads"] = 2
+    (cell / "summary.json").write_text(json.dumps(summary))
+    text = report({key: value for key, value in FULL.items() if key != ("nowarmup", "post", "1")})
+    assert "(nowarmup Post-LN, seed 1: the last stretch with two torch threads, as " \
+           "its summary.json records)" in text
+    assert "alone on the cores" not in text
+
+
 def test_the_averaged_checkpoint_is_reported_only_where_it_averages_the_converged_stretch():
     average = study_depth_cells._averaged
     converged = {"rule": "...", "bleu": 30.5, "checkpoints": ["step-3000.ckpt"]}
