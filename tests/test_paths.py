@@ -106,6 +106,27 @@ def test_recipe_validate_reports_data_that_is_not_there(tmp_path: Path,
     assert text.exit_code == 2 and "corpus/train.txt (the train split" in text.output
 
 
+def test_a_data_key_its_source_does_not_read_is_named(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    """A folder named without ``source: files`` would train on the toy corpus: validate and
+    train say so on stderr (a warning, not a refusal: a sweep over data.source keeps dir)."""
+    monkeypatch.chdir(tmp_path)
+    path = recipe_file(corpus(tmp_path / "corpus").parent)
+    read = runner.invoke(app, ["recipe", "validate", str(path)])
+    assert read.exit_code == 0 and "warning" not in read.output, read.output
+    toy = runner.invoke(app, ["recipe", "validate", str(path), "data.source=builtin"])
+    assert toy.exit_code == 0, toy.output
+    assert "warning: data.dir=corpus is not read: data.source is builtin, so the run reads " \
+           "normzoo's built-in toy corpus; set data.source=files to read corpus" in toy.stderr
+    hub = runner.invoke(app, ["recipe", "validate", str(path), "data.path=wmt14"])
+    assert "warning: data.path=wmt14 is not read: data.source is files, so the run reads the " \
+           "files in corpus; set data.source=hub to read wmt14" in hub.stderr
+    trained = runner.invoke(app, ["train", str(path), "data.source=builtin", "run.dir=run",
+                                  "trainer.max_steps=1", "trainer.val_every_steps=1"])
+    assert trained.exit_code == 0, trained.output
+    assert "warning: data.dir=" in trained.stderr and "is not read" in trained.stderr
+
+
 def test_resolving_leaves_hub_names_and_unset_paths_alone(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     from normzoo.recipe import from_dict

@@ -41,9 +41,11 @@ def validate(
     exit 2 with every error."""
     from normzoo import recipe as recipes
     from normzoo.recipe.bases import read_recipe_with_bases
-    from normzoo.recipe.paths import check_inputs
+    from normzoo.recipe.paths import check_inputs, unread_data_keys
     from normzoo.run.machine import check_machine
 
-    check_inputs(check_machine(recipes.load(recipe, overrides or [])))
+    checked = check_inputs(check_machine(recipes.load(recipe, overrides or [])))
+    for line in unread_data_keys(checked):
+        typer.echo(f"warning: {line}", err=True)
     _, bases = read_recipe_with_bases(recipe)
     typer.echo(f"{recipe}: ok" + (f" (built on {', '.join(map(str, bases))})" if bases else ""))

@@ -154,6 +154,27 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
     return problems
 
 
+# Each data key and the one source that reads it.
+_READ_BY = {"dir": "files", "path": "hub"}
+
+
+def unread_data_keys(recipe: Recipe) -> list[str]:
+    """A line for each of ``data.dir`` and ``data.path`` set where ``data.source`` does not read
+    it. Not refused: a sweep over ``data.source`` keeps the other source's keys. But a recipe
+    that names a folder and forgets ``source: files`` would train on the toy corpus, so a run
+    says so (``normzoo train`` on stderr)."""
+    data = recipe.data
+    lines = []
+    for key, source in _READ_BY.items():
+        value = getattr(data, key)
+        if value and data.source != source:
+            read = {"builtin": "normzoo's built-in toy corpus", "files": f"the files in {data.dir}",
+                    "hub": f"the dataset {data.path}"}[data.source]
+            lines.append(f"data.{key}={value} is not read: data.source is {data.source}, so the "
+                         f"run reads {read}; set data.source={source} to read {value}")
+    return lines
+
+
 def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
     """``recipe`` if every input it names is there; else :class:`ConfigError` with each one
     that is not (exit 2)."""

@@ -29,7 +29,7 @@ from normzoo.data.tokenizer import Tokenizer
 from normzoo.diagnostics.callbacks import DivergenceError
 from normzoo.errors import RuntimeFailure
 from normzoo.recipe import Recipe
-from normzoo.recipe.paths import for_training
+from normzoo.recipe.paths import for_training, unread_data_keys
 from normzoo.run.allocator import keep_freed_memory
 from normzoo.run.allocator import requested as requested_malloc
 from normzoo.run.console import header, quiet_libraries
@@ -90,6 +90,8 @@ class TrainingRun:
         self.rank = global_rank()
         stored = for_training(recipe, recipe_path, resuming=resume is not None)
         self.recipe = for_this_machine(stored, announce=self.rank == 0)
+        for line in unread_data_keys(self.recipe) if self.rank == 0 else []:
+            typer.echo(f"warning: {line}", err=True)
         requested_malloc()  # NORMZOO_CPU_MALLOC mistyped: refused before anything starts
         self.recipe_path = recipe_path
         self.directory = RunDirectory(self.recipe, recipe_path, self.rank)  # locked in setup()
