@@ -32,15 +32,10 @@ import study_depth_plots as plots
 import study_eval_gap
 from study_depth_cells import Cell
 from study_depth_plan import SEED_SWEEPS, STABLE_ARGS, SWEEPS, TIERS, command
+from study_depth_tables import fixes_table, papers_table
 from study_depth_text import how_it_was_run, limits
-from study_depth_verdicts import (
-    CLAIMS,
-    PRECISION,
-    SCHEMES,
-    fixes_table,
-    papers_table,
-)
-from study_files import copy_cells
+from study_depth_verdicts import CLAIMS, PRECISION, SCHEMES
+from study_files import copy_cells, fmt
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "study-depth" / "data"
@@ -117,10 +112,6 @@ def gpu_lanes() -> list[str]:
 
 
 # -- the report -------------------------------------------------------------------------------
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def _ran_on(cell: Cell) -> str:
     where = cell.device_short + (f" ({cell.machine})" if cell.machine else "")
     return f"{cell.precision or '–'}, {where}"
@@ -143,9 +134,9 @@ def cell_table(cells: list[Cell], tier: str) -> list[str]:
         if tier != "nowarmup" and cell.precision != PRECISION and cell.scored:
             stopped += "; not compared: another precision than the tier's"
         row = [SCHEMES.get(cell.scheme, cell.scheme), cell.seed, _ran_on(cell),
-               str(cell.steps or "–"), stopped, _fmt(cell.best_val, 3), _fmt(cell.bleu),
-               _fmt(cell.averaged) if cell.averaged is not None else f"– ({cell.averaged_note})",
-               _fmt(cell.greedy), _fmt(cell.train_min, 1)]
+               str(cell.steps or "–"), stopped, fmt(cell.best_val, 3), fmt(cell.bleu),
+               fmt(cell.averaged) if cell.averaged is not None else f"– ({cell.averaged_note})",
+               fmt(cell.greedy), fmt(cell.train_min, 1)]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from study_files import mean_sd
+from study_files import fmt, mean_sd
 
 from normzoo.sweep.significance import INDICATED, MIN_SEEDS, NOT_SHOWN, SHOWN, Verdict, judge
 
@@ -100,10 +100,6 @@ def bootstrap(pairs: list[tuple[Any, Any]], references: list[str] | None) -> flo
 
 
 # -- the claims -------------------------------------------------------------------------------
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def _ratio(values: list[float], first: int = 0) -> float | None:
     if len(values) <= first + 1 or not values[first] > 0:
         return None
@@ -135,8 +131,8 @@ def claim_gradients(cells: list[Any], refs: list[str] | None) -> tuple[str, str]
         r_post = [_ratio(c.layer_metric("init", stack, "grad_norm")) for c in post]
         r_pre = [_ratio(c.layer_metric("init", stack, "grad_norm")) for c in pre]
         text.append(f"{stack}: last/first layer gradient norm, Post-LN "
-                    f"{', '.join(_fmt(r) for r in r_post)} vs Pre-LN "
-                    f"{', '.join(_fmt(r) for r in r_pre)}")
+                    f"{', '.join(fmt(r) for r in r_post)} vs Pre-LN "
+                    f"{', '.join(fmt(r) for r in r_pre)}")
         worst_post = min((r for r in r_post if r is not None), default=None)
         met += [r is not None and worst_post is not None and worst_post >= 2
                 and r <= worst_post / 2 for r in r_pre]
@@ -210,9 +206,9 @@ def claim_stream(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
                        and branch <= growth / 2)
         measured = [f for f in ffns if f is not None]
         text.append(
-            f"{stack}: stream norm last/first layer {', '.join(_fmt(g) for g in streams)}; "
-            f"self-attention branch norm last/second layer {', '.join(_fmt(b) for b in attns)}"
-            + (f"; feed-forward branch norm last/first {', '.join(_fmt(f) for f in measured)} "
+            f"{stack}: stream norm last/first layer {', '.join(fmt(g) for g in streams)}; "
+            f"self-attention branch norm last/second layer {', '.join(fmt(b) for b in attns)}"
+            + (f"; feed-forward branch norm last/first {', '.join(fmt(f) for f in measured)} "
                f"({len(measured)} of {len(pre)} seeds measured it)" if measured else ""))
     return _by_seeds(met, len(pre)), (f"Pre-LN 18+18 at the end, seeds {_seeds(pre)}: "
                                       + "; ".join(text))
@@ -267,64 +263,3 @@ CLAIMS = [
      "Liu et al. 2020 (Admin), Table 1: 6L WMT14 Post-LN 27.80 vs Pre-LN 27.27, IWSLT14 35.64 "
      "vs 35.50", claim_ceiling),
 ]
-
-
-# -- the tables -------------------------------------------------------------------------------
-PAPERS = [
-    ("6 layers", "Admin (Liu et al. 2020), WMT14 En-De", {"post": "27.80", "pre": "27.27",
-                                                          "admin": "27.90"}),
-    ("6 layers", "Admin (Liu et al. 2020), IWSLT14 De-En", {"post": "35.64", "pre": "35.50",
-                                                            "admin": "35.67"}),
-    ("18 layers", "Admin (Liu et al. 2020), WMT14 En-De", {"post": "diverged", "pre": "28.38",
-                                                           "admin": "29.03"}),
-    ("18 layers", "DeepNet (Wang et al. 2022)", {"post": "diverged", "deepnorm": "28.8"}),
-]
-
-
-def _mean_cell(group: list[Any]) -> str:
-    if not group:
-        return "–"
-    mean, sd = mean_sd([c.bleu for c in group])
-    return f"{mean:.2f} ± {sd:.2f} ({len(group)})" if len(group) > 1 else f"{mean:.2f} (1)"
-
-
-def papers_table(cells: list[Any]) -> list[str]:
-    schemes = ("post", "pre", "admin", "deepnorm")
-    lines = ["| depth | source | " + " | ".join(SCHEMES[s] for s in schemes) + " |",
-             "|---|---|" + "---|" * len(schemes)]
-    for depth, source, figures in PAPERS:
-        lines.append(f"| {depth} | {source} | "
-                     + " | ".join(figures.get(s, "–") for s in schemes) + " |")
-    for depth, tier, cap in (("6+6", "ceiling", "7,000"), ("18+18", "stability", "4,500")):
-        row = [_mean_cell(setting(cells, tier, scheme)) for scheme in schemes]
-        lines.append(f"| {depth} | normzoo, Multi30k En-De test2016 (d_model 128, {cap}-update "
-                     "cap; mean ± sd (seeds)) | " + " | ".join(row) + " |")
-    return lines
-
-
-def _difference(result: Comparison | None) -> str:
-    if result is None:
-        return "–"
-    return f"{result.diff:+.2f}, {result.verdict.label}"
-
-
-def fixes_table(cells: list[Any], refs: list[str] | None) -> list[str]:
-    """The fixes at 18+18 against Pre-LN and Post-LN (the first rows), in test BLEU over the
-    seeds in the study's precision, with the devices they ran on; a scheme trained but not
-    scored has its best validation loss only."""
-    lines = ["| scheme (18+18, warm-up 4,000, bf16-mixed) | seeds: BLEU (device) | mean ± sd | "
-             "best val loss | minus Pre-LN | minus Post-LN |", "|---|---|---|---|---|---|"]
-    for scheme in SCHEMES:
-        group = setting(cells, "stability", scheme)
-        ran = [c for c in cells if c.tier == "stability" and c.scheme == scheme
-               and c.precision == PRECISION]
-        per_seed = ", ".join(f"{c.seed}: {_fmt(c.bleu)} ({c.device_short})" for c in ran)
-        cols = [_difference(compare(cells, "stability", scheme, base, refs)
-                            if scheme != base else None) for base in ("pre", "post")]
-        vals = [c.best_val for c in ran if c.best_val is not None]
-        best = (f"{mean_sd(vals)[0]:.3f}" + (f" ± {mean_sd(vals)[1]:.3f}" if len(vals) > 1
-                                                else "")) if vals else "–"
-        name = SCHEMES[scheme] + " (baseline)" * (scheme in ("pre", "post"))
-        lines.append(f"| {name} | {per_seed or '–'} | {_mean_cell(group)} | {best} | "
-                     + " | ".join(cols) + " |")
-    return lines

@@ -93,6 +93,11 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     return mean, statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def fmt(value: float | None, digits: int = 2, missing: str = "–") -> str:
+    """A figure as the reports print it, or ``missing`` for one not (yet) measured."""
+    return missing if value is None else f"{value:.{digits}f}"
+
+
 def curve(losses: list[dict[str, str]], column: str) -> list[tuple[int, float]]:
     """(step, value) of ``column`` where it was logged and finite."""
     return [(int(r["step"]), v) for r in losses if (v := as_float(r.get(column))) is not None]

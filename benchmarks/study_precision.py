@@ -31,7 +31,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from study_files import as_float, copy_cells, curve, read_csv, training_minutes
+from study_files import as_float, copy_cells, curve, fmt, read_csv, training_minutes
 from study_precision_plan import COMMANDS, DEPTH, PRECISIONS, RECIPE, SCHEMES, SEEDS, STUDIES
 from study_precision_plots import plot_losses
 from study_precision_verdicts import _ms, failed, group, verdict_lines
@@ -94,10 +94,6 @@ def load_cells() -> list[Cell]:
 
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "pending" if value is None else f"{value:.{digits}f}"
-
-
 
 # -- render -----------------------------------------------------------------------------------
 def results_table(cells: list[Cell], study: str) -> list[str]:
@@ -125,10 +121,11 @@ def per_cell_table(cells: list[Cell]) -> list[str]:
     lines = ["| depth | scheme | precision | seed | status | steps | BLEU | best val loss | "
              "training (min) | processes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in sorted(cells, key=lambda c: (c.study, c.scheme, c.seed, c.precision)):
+        figures = [fmt(value, digits, "pending")
+                   for value, digits in ((c.bleu, 2), (c.best_val, 3), (c.train_min, 1))]
         lines.append(f"| {DEPTH[c.study]} | {SCHEMES.get(c.scheme, c.scheme)} | "
                      f"{PRECISIONS.get(c.precision, c.precision)} | {c.seed} | {c.status} | "
-                     f"{c.steps} | {_fmt(c.bleu)} | {_fmt(c.best_val, 3)} | "
-                     f"{_fmt(c.train_min, 1)} | {c.processes} |")
+                     f"{c.steps} | " + " | ".join(figures) + f" | {c.processes} |")
     return lines
 
 

@@ -150,6 +150,10 @@ def test_every_claim_gets_its_verdict_from_the_numbers(report):
     assert "| 31.00 ± 0.20 (3) | 28.00 ± 0.20 (3) |" in text
     assert "| DeepNorm | 1: 28.20 (CPU), 2: 27.80 (CPU), 3: 28.00 (CPU) | 28.00 ± 0.20 (3) |" \
            in text
+    # each difference in the fixes table with its seeds' p-value (1.00 over sd 0.2: t = 6.1)
+    deepnorm = next(line for line in text.splitlines() if line.startswith("| DeepNorm | 1:"))
+    assert deepnorm.endswith("| +1.00, indicated (Welch p = 0.0036) | +27.00, shown (Welch p = "
+                             "8.0e-09) |"), deepnorm
     for plot in ("loss_ceiling", "loss_stability", "loss_nowarmup", "loss_nowarmup6",
                  "grad_norm_by_layer", "stream_norm_by_layer", "branch_ratio_by_layer",
                  "stream_and_branch_norms"):
