@@ -164,15 +164,12 @@ def unread_data_keys(recipe: Recipe) -> list[str]:
     that names a folder and forgets ``source: files`` would train on the toy corpus, so a run
     says so (``normzoo train`` on stderr)."""
     data = recipe.data
-    lines = []
-    for key, source in _READ_BY.items():
-        value = getattr(data, key)
-        if value and data.source != source:
-            read = {"builtin": "normzoo's built-in toy corpus", "files": f"the files in {data.dir}",
-                    "hub": f"the dataset {data.path}"}[data.source]
-            lines.append(f"data.{key}={value} is not read: data.source is {data.source}, so the "
-                         f"run reads {read}; set data.source={source} to read {value}")
-    return lines
+    read = {"builtin": "normzoo's built-in toy corpus", "files": f"the files in {data.dir}",
+            "hub": f"the dataset {data.path}"}[data.source]
+    return [f"data.{key}={value} is not read: data.source is {data.source}, so the run reads "
+            f"{read}; set data.source={source} to read {value}"
+            for key, source in _READ_BY.items()
+            if (value := getattr(data, key)) and data.source != source]
 
 
 def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
