@@ -13,7 +13,7 @@ import platform
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,41 @@ def timed(run: Callable[[], float], reps: int, warmup: int,
         sync()
         samples.append((units, time.perf_counter() - start))
     return samples
+
+
+def shape_of(batch: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A batch's shapes: each tensor's name and shape (host-side values, such as a token count,
+    left out). Two batches of one shape run the same kernels."""
+    return tuple((name, tuple(value.shape)) for name, value in sorted(batch.items())
+                 if hasattr(value, "shape"))
+
+
+def shape_label(shape: tuple[tuple[str, tuple[int, ...]], ...]) -> str:
+    """``src 32x17, tgt_in 32x15, ...``: a shape from :func:`shape_of` as a report prints it."""
+    return ", ".join(f"{name} {'x'.join(map(str, dims))}" for name, dims in shape)
+
+
+def first_visits(batches: Iterable[Mapping[str, Any]], run: Callable[[Any], object],
+                 sync: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """``run`` once on the first batch of each shape among ``batches``, each call timed: the
+    milliseconds of each shape's first visit, by :func:`shape_label`, in the order met.
+
+    A GPU pays for a shape the first time it meets it (kernel plans chosen, allocator blocks
+    carved, a compiled step compiling); a warm-up that visits every shape before the timed
+    steps keeps that cost out of them, and this reports it apart. Nothing here knows how the
+    batches were made: they are grouped by their tensors' shapes alone.
+    """
+    costs: dict[tuple, float] = {}
+    for batch in batches:
+        shape = shape_of(batch)
+        if shape in costs:
+            continue
+        sync()
+        start = time.perf_counter()
+        run(batch)
+        sync()
+        costs[shape] = 1000 * (time.perf_counter() - start)
+    return {shape_label(shape): ms for shape, ms in costs.items()}
 
 
 def rate_summary(samples: Sequence[tuple[float, float]]) -> dict[str, float]:

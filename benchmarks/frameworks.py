@@ -111,6 +111,7 @@ def normzoo_config(size: Size) -> dict:
 def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
     """normzoo's TranslationTask loss and its optimizer (AdamW + schedule), without a Trainer;
     ``compiled``: through ``trainer.compile``'s own compiled step."""
+    from normzoo.data.shapes import DEFAULT_RUNGS
     from normzoo.recipe import from_dict
     from normzoo.tasks.optim import build_optimizer
     from normzoo.tasks.translation import TranslationTask
@@ -118,6 +119,8 @@ def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainS
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
                                   "label_smoothing": LABEL_SMOOTHING},
+                        # the ladder peers_data pads the batches to: static shapes compiled
+                        "data": {"buckets": DEFAULT_RUNGS},
                         "trainer": {"compile": compiled}})
     task = TranslationTask(recipe, vocab_size)
     optimizer, scheduler = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)

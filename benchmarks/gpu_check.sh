@@ -1,72 +1,161 @@
 #!/bin/bash
-# The GPU in one prepared call: what a lent GPU machine runs first, within 8 minutes.
+# The GPU in one prepared call: what a lent GPU machine runs first, within 6 minutes, the
+# install included.
 #
-#   bash benchmarks/gpu_check.sh prepare     # here: normzoo and the packages the GPU image lacks,
-#                                            # as wheels in .gpu-check/ (PyPI; once a session)
-#   bash benchmarks/gpu_check.sh run         # there, .gpu-check carried: the checks below
+#   bash benchmarks/gpu_check.sh prepare     # here: wheels of what the GPU image lacks, normzoo's
+#                                            # wheel, Multi30k train/val, its prepared cache and
+#                                            # the bare step's batches, all in .gpu-check/ (PyPI;
+#                                            # right before the call); prints what the call
+#                                            # carries (at most 64 MiB)
+#   bash benchmarks/gpu_check.sh run         # there, .gpu-check carried: the steps below
 #   bash benchmarks/gpu_check.sh dry-run     # here: every step's arguments checked, nothing timed
+#   bash benchmarks/gpu_check.sh rehearse    # here: `run`'s steps without the install, in this
+#                                            # environment; set BASE and TRAIN small on a CPU
 #
-# The steps, each under its own time limit (seconds) so one that hangs cannot take the others:
-#   1. the gpu-marked tests (pytest -m gpu): the final test on the training device, MFU logged,
-#      every residual scheme's bf16 training step and cached decoding on CUDA          (150)
-#   2. benchmarks/peers.py, Transformer-base (~25k tokens a step), bf16: normzoo against
-#      x-transformers, mBART and nn.Transformer, training tokens/s with MFU, greedy and beam-5
-#      decoding against Hugging Face generate                                           (240)
-#   3. the same for normzoo's training with torch.compile (trainer.compile's path)          (90)
-# Each step's output goes to $OUT/gpu_check.log and the peers' results, named by the device, to
-# $OUT/benchmarks/results/ (peers-<device>.md/.json, peers-compile-<device>.md/.json); copy
-# them into benchmarks/results/ here. A step that fails is reported and the rest still run; the
-# exit status is that of the first failure.
+# The steps, each under its own time limit (seconds), so one that hangs cannot take the others:
+#   install     the carried wheels, into /tmp/site                                         (15)
+#   peers       benchmarks/peers.py on Transformer-base, 25k-token batches, bf16: normzoo's
+#               training step against x-transformers', greedy and beam-5 decoding against
+#               Hugging Face generate; every batch shape visited before the timed steps     (75)
+#   step        normzoo's bare training step (gpu_step.py): each shape's first visit, tokens/s,
+#               MFU, and the top 20 kernels under torch's profiler                          (30)
+#   compile     the same step through trainer.compile's compiled step (static shapes, a graph
+#               per shape) on two of the batches, each shape's compile timed                (90)
+#   train       `normzoo train` on the Transformer-base recipe, 50 steps on the carried
+#               Multi30k, bf16-mixed, validation and logging on (gpu_train.py)              (45)
+#   attention   benchmarks/attention_backends.py                                            (45)
+#   summary     gpu_summary.py: every figure in one JSON file and report                    (10)
+#   tests       the gpu-marked tests (pytest -m gpu on the files that have the mark), last:
+#               one that outruns its limit costs no figure                                  (30)
+# The limits sum to 340 s; the whole call must end within 360.
+#
+# What comes back, at most 8 files, is written under $OUT: gpu_check.log (every step's output)
+# and in $OUT/benchmarks/results/, named by the device: gpu-check-<device>.json and .md (the
+# summary), peers-<device>.md and .json, gpu-profile-<device>.md, attention-<device>.json and
+# .md; copy them into benchmarks/results/ here. The steps' own figures go to $WORK, which does not
+# come back. A step that fails is reported and the rest still run; the summary then has nulls
+# where its figures would be, and the exit status is that of the first failure.
 set -u
 # shellcheck source=benchmarks/gpu_wheels.sh
 . "$(dirname "$0")/gpu_wheels.sh"
 CHECK=.gpu-check
+CALL_S=360  # one call's limit, the install included
 OUT=${OUT:-/tmp/out}
-# What the GPU image lacks (it has torch, numpy, transformers' dependencies): pinned to the
-# versions installed here, so the GPU runs what the CPU tests ran.
-WHEELS="pydantic pydantic_core annotated-types typing-inspection typing_extensions typer click
-annotated-doc sacrebleu tokenizers tensorboardX x-transformers einops einx loguru frozendict
-torch-einops-utils lightning lightning-utilities torchmetrics pytorch-lightning"
+WORK=${WORK:-/tmp/gpu-check-work}
+DATA=${DATA:-$(pwd)/$CHECK/multi30k}
+MULTI30K=${MULTI30K:-../shared/data/multi30k}
+# What the GPU image lacks (benchmarks/gpu_image_packages.txt; tests/test_gpu_packages.py checks
+# this list against what the check imports, followed through their requirements), pinned to the
+# versions installed here, so the GPU runs what the CPU tests ran:
+#   the project's: pydantic (and pydantic-core, annotated-types, typing-inspection),
+#   tensorboardX, submitit, datasets (and dill, multiprocess);
+#   the peers': x-transformers (and einx, frozendict, loguru, torch-einops-utils).
+# Carried although the image has them, each with why its version must differ:
+#   typing-extensions: pydantic 2.14 and pydantic-core 2.50 need >= 4.16.0; the image's is unread
+WHEELS="pydantic pydantic-core annotated-types typing-inspection typing-extensions tensorboardX
+submitit datasets dill multiprocess x-transformers einx frozendict loguru torch-einops-utils"
 PYTEST="-q -m gpu -p no:cacheprovider"
-PEERS="--size base --max-tokens 25000 --reps 3 --warmup 2 --precision bf16"
-COMPILED="--size base --max-tokens 25000 --reps 3 --warmup 3 --precision bf16 --compile
---frameworks normzoo --jobs train"
+# The sizes; BASE and TRAIN may be set smaller for `rehearse` on a CPU (benchmarks/README.md).
+BASE=${BASE:-"--size base --max-tokens 25000 --train-batches 6 --reps 6 --warmup 1 --precision bf16"}
+PEERS="$BASE --frameworks normzoo,x-transformers,transformers --exclude train/transformers"
+TRAIN=${TRAIN:-"--steps 50 --val-every 25 --max-tokens 25000 --vocab 8000"}
 
 prepare() {
-  grep -qsx "/$CHECK/" .git/info/exclude || echo "/$CHECK/" >> .git/info/exclude
-  mkdir -p $CHECK/whl || return 1
+  local exclude leftover
+  exclude="$(git rev-parse --git-dir)/info/exclude"
+  mkdir -p "$(dirname "$exclude")" || return 1
+  grep -qsx "/$CHECK/" "$exclude" || echo "/$CHECK/" >> "$exclude"
+  python3 benchmarks/gpu_packages.py || return 1  # every package the check needs is at hand
+  rm -rf $CHECK/whl && mkdir -p $CHECK/whl $CHECK/multi30k || return 1  # no stale wheels
   download_wheels $CHECK/whl "$WHEELS" || return 1
+  leftover=build  # setuptools builds in the tree: remove its build/ unless it was there
+  [ -e build ] && leftover=
   pip wheel -q --no-deps --no-build-isolation -w $CHECK/whl . || return 1
-  du -sh $CHECK
+  [ -z "$leftover" ] || rm -rf "$leftover"
+  python3 benchmarks/gpu_packages.py --wheels $CHECK/whl > /dev/null || return 1
+  cp "$MULTI30K"/train.{en,de} "$MULTI30K"/val.{en,de} $CHECK/multi30k/ || return 1
+  # The prepared caches: normzoo train's, and the bare step's batches (its tokenizer cached).
+  NORMZOO_CACHE=$(pwd)/$CHECK/cache python3 benchmarks/gpu_train.py --prepare-only \
+    --data $CHECK/multi30k $TRAIN || return 1
+  # shellcheck disable=SC2086
+  NORMZOO_CACHE=$(pwd)/$CHECK/cache python3 benchmarks/gpu_step.py $BASE --prepare-only \
+    --data $CHECK/multi30k --batches $CHECK/batches.pt || return 1
+  carried
+}
+
+carried() {  # what a call carries: the files git does not ignore, and .gpu-check
+  local repo check
+  repo=$(git ls-files -z --cached --others --exclude-standard \
+    | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  check=$(du -sb $CHECK | cut -f1)
+  echo "wheels (KiB):"; (cd $CHECK/whl && du -k ./*.whl | sort -n)
+  python3 -c "
+import sys
+repo, check = int(sys.argv[1]), int(sys.argv[2])
+mib = lambda n: f'{n / 2**20:.1f} MiB'
+print(f'carried: repository {mib(repo)} + $CHECK {mib(check)} = {mib(repo + check)} of 64 MiB')
+sys.exit(repo + check > 64 * 2**20)" "$repo" "$check"
 }
 
 step() {  # step NAME SECONDS COMMAND...: run it under a limit, log it, remember a failure
-  local name=$1 limit=$2 rc
+  local name=$1 limit=$2 rc start
   shift 2
+  TOTAL=$((TOTAL + limit))
   echo "== $name (limit ${limit}s): $*" | tee -a "$OUT/gpu_check.log"
-  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/gpu_check.log"
+  start=$(date +%s)
+  timeout -k 3 "$limit" "$@" 2>&1 | tee -a "$OUT/gpu_check.log"
   rc=${PIPESTATUS[0]}
   echo "== $name: exit $rc" | tee -a "$OUT/gpu_check.log"
+  echo "$name $rc $(($(date +%s) - start)) $limit" >> "$WORK/steps.txt"
   [ "$rc" -eq 0 ] || [ "$FAILED" -ne 0 ] || FAILED=$rc
 }
 
-checks() {  # the steps; $1 "run" or "dry-run"
-  local results=$OUT/benchmarks/results dry=()
+begin() {
+  mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
+  FAILED=0 TOTAL=0 STARTED=$(date +%s)
+}
+
+carried_caches() {  # what prepare made here: the caches and batches the steps would make there
+  [ -f $CHECK/batches.pt ] && cp $CHECK/batches.pt "$WORK/batches.pt"
+  export NORMZOO_CACHE=$(pwd)/$CHECK/cache
+}
+
+checks() {  # the steps after the install; $1 "run" or "dry-run"
+  local results=$OUT/benchmarks/results dry=() tests slug
   mkdir -p "$results"
-  FAILED=0
   [ "$1" = dry-run ] && dry=(--dry-run)
   nvidia-smi -L 2>/dev/null | tee -a "$OUT/gpu_check.log"
+  slug=$(slug)
+  # shellcheck disable=SC2086
+  step peers 75 python3 benchmarks/peers.py $PEERS --data "$DATA" \
+    --out "$results/peers-$slug.md" "${dry[@]}"
+  # shellcheck disable=SC2086
+  step step 30 python3 benchmarks/gpu_step.py $BASE --data "$DATA" --batches "$WORK/batches.pt" \
+    --profile "$results/gpu-profile-$slug.md" --out "$WORK/step.json" "${dry[@]}"
+  # shellcheck disable=SC2086
+  # Two of the batches: static shapes compile a graph per shape, and two shapes' compiles must
+  # fit the limit (each one's time is reported apart).
+  step compile 90 python3 benchmarks/gpu_step.py $BASE --train-batches 2 --compile --data "$DATA" \
+    --batches "$WORK/batches.pt" --out "$WORK/step-compiled.json" "${dry[@]}"
+  # shellcheck disable=SC2086
+  step train 45 python3 benchmarks/gpu_train.py $TRAIN --data "$DATA" --run-dir "$WORK/train" \
+    --out "$WORK/train.json" "${dry[@]}"
+  step attention 45 python3 benchmarks/attention_backends.py --out "$results/attention-$slug.json" \
+    "${dry[@]}"
+  step summary 10 python3 benchmarks/gpu_summary.py --work "$WORK" --results "$results" \
+    --slug "$slug" --out "$results/gpu-check-$slug.json" "${dry[@]}"
+  # The gpu-marked tests last: their time grows with the tests (51 now), and a limit they
+  # outrun must not cost the figures above.
+  mapfile -t tests < <(grep -l "pytest.mark.gpu" tests/test_*.py)
   # shellcheck disable=SC2086
   if [ "$1" = dry-run ]; then
-    step tests 150 python3 -m pytest $PYTEST --collect-only tests
+    step tests 30 python3 -m pytest $PYTEST --collect-only "${tests[@]}"
   else
-    step tests 150 python3 -m pytest $PYTEST tests
+    step tests 30 python3 -m pytest $PYTEST "${tests[@]}"
   fi
-  # shellcheck disable=SC2086
-  step peers 240 python3 benchmarks/peers.py $PEERS --out "$results/peers-$(slug).md" "${dry[@]}"
-  # shellcheck disable=SC2086
-  step compile 90 python3 benchmarks/peers.py $COMPILED \
-    --out "$results/peers-compile-$(slug).md" "${dry[@]}"
+  echo "== limits: $TOTAL s of the call's $CALL_S s; $(($(date +%s) - STARTED)) s taken;" \
+    "$(find "$OUT" -type f | wc -l) files under \$OUT (at most 8 come back)" \
+    | tee -a "$OUT/gpu_check.log"
   return "$FAILED"
 }
 
@@ -75,17 +164,28 @@ slug() {  # the device's name as a file name, as benchmarks/common.py names resu
 }
 
 run() {
-  mkdir -p "$OUT"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site $CHECK/whl/*.whl || return 1
+  begin
+  # The wheels, then every package's version as the check will import it.
+  step install 15 bash -c "python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site $CHECK/whl/*.whl \
+    && PYTHONPATH=/tmp/site python3 -m pip list"
   export PYTHONPATH=/tmp/site:$(pwd)/benchmarks PATH=/tmp/site/bin:$PATH
-  export PYTHONUNBUFFERED=1 NORMZOO_CACHE=/tmp/normzoo-cache
+  export PYTHONUNBUFFERED=1
+  carried_caches
   checks run
+}
+
+dry_run() {
+  begin
+  export NORMZOO_CACHE=${NORMZOO_CACHE:-/tmp/normzoo-cache}
+  step install 15 python3 benchmarks/gpu_packages.py --wheels $CHECK/whl
+  checks dry-run
 }
 
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  dry-run) mkdir -p "$OUT" && checks dry-run ;;
-  *) echo "usage: $0 prepare|run|dry-run" >&2; exit 2 ;;
+  dry-run) dry_run ;;
+  rehearse) begin && checks run ;;
+  *) echo "usage: $0 prepare|run|dry-run|rehearse" >&2; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 decoding sentences/s (greedy and beam 5) and peak memory.
 
     python benchmarks/peers.py [--size base|small|tiny] [--reps N] [--warmup N] [--threads N]
-                               [--data DIR] [--out PATH]
+                               [--train-batches N] [--data DIR] [--out PATH]
 
 Peers: x-transformers' XTransformer, Hugging Face's mBART (pre-LN) and a plain
 ``torch.nn.Transformer(norm_first=True)`` loop for training; Hugging Face ``generate`` for
@@ -10,8 +10,11 @@ decoding. The batches are real sentence pairs (Multi30k train from ``--data``, o
 built-in corpus where that folder is missing), BPE-tokenized and packed by token budget once,
 then every framework steps through the same ones. Each measurement runs in its own process, so
 its peak memory is its own: peak RSS minus the RSS after imports and data (and on CUDA the peak
-of ``torch.cuda.max_memory_allocated``). Every figure is the median of ``--reps`` repetitions
-after ``--warmup`` untimed ones, and every ratio compares figures from the same run.
+of ``torch.cuda.max_memory_allocated``). Training first visits every shape among its
+``--train-batches`` batches once, each visit timed and reported apart (a GPU pays for a new
+shape), so the timed steps meet only shapes already seen. Every figure is the median of
+``--reps`` repetitions after ``--warmup`` untimed ones, and every ratio compares figures from
+the same run.
 Writes benchmarks/results/peers-<device>.md (and .json beside it) unless ``--out`` says where;
 the report is ``peers_report.py``'s.
 """
@@ -33,11 +36,14 @@ from typing import Any
 
 import torch
 
+from normzoo.data.tokenizer import PAD
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
 from common import (
     MULTI30K,
     RESULTS,
     device_slug,
+    first_visits,
     machine,
     rate_summary,
     timed,
@@ -55,45 +61,12 @@ from frameworks import (
     bf16,
     size_of,
 )
+from gpu_flops import EncoderDecoder, batch_lengths, step_flops
+from peers_data import prepare_data
 from peers_report import add_mfu, add_ratios, peak_flops, report
 
 JOBS = [("train", name) for name in TRAINERS] + [
     (search, name) for search in SEARCHES for name in DECODERS]
-# -- data (parent process) -------------------------------------------------------------------
-
-
-def read_pairs(data_dir: Path, limit: int | None) -> tuple[list[str], list[str], str]:
-    """Multi30k train (En, De) when ``data_dir`` has it, else the built-in toy corpus."""
-    from normzoo.data import builtin
-    from normzoo.data.sources import parallel_files
-
-    if (data_dir / "train.en").is_file():
-        src, tgt = parallel_files(data_dir, "train", "en", "de")
-        name = f"Multi30k train ({data_dir})"
-    else:
-        pairs = builtin.generate("train", size=limit)
-        src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
-        name = "normzoo built-in corpus, train (Multi30k not found)"
-    return src[:limit], tgt[:limit], name
-
-
-def prepare_data(size: Size, data_dir: Path, train_batches: int) -> dict[str, Any]:
-    """Tokenize once and pack the training and decoding batches every worker will use."""
-    from normzoo.data.batching import token_budget_batches
-    from normzoo.data.examples import ParallelData
-    from normzoo.data.tokenizer import train_tokenizer
-
-    src, tgt, corpus = read_pairs(data_dir, size.pair_limit)
-    tokenizer = train_tokenizer(src + tgt, vocab_size=size.vocab_size)
-    data = ParallelData.build(tokenizer.encode_batch(src), tokenizer.encode_batch(tgt),
-                              max_len=128, drop_long=True)
-    packed = token_budget_batches(data.lengths(), size.max_tokens, seed=0)
-    train = [data.collate(items) for items in packed[:train_batches]]
-    n, step = size.decode_sentences, size.decode_batch
-    decode = [data.collate(list(range(i, min(i + step, n))))["src"] for i in range(0, n, step)]
-    return {"train": train, "decode": decode, "vocab_size": tokenizer.vocab_size,
-            "corpus": corpus, "pairs": len(data)}
-
 
 # -- measurements (worker processes) ---------------------------------------------------------
 
@@ -137,14 +110,25 @@ def train_step(setup: TrainSetup, batch: dict[str, Any], device: torch.device,
 
 
 def measure_training(name: str, size: Size, data: dict, device: torch.device,
-                     args: argparse.Namespace) -> tuple[torch.nn.Module, list]:
-    # --compile: each model with its loss as one compiled region, as trainer.compile compiles
-    # normzoo's; the compiles fall in the untimed warm-up.
+                     args: argparse.Namespace) -> tuple[torch.nn.Module, list, dict, list]:
+    """The model, the timed steps' ``(tokens, seconds)``, each shape's first visit (ms) and the
+    timed steps' batches (indices into ``data["train"]``).
+
+    --compile: each model with its loss as one compiled region, as trainer.compile compiles
+    normzoo's; the compiles fall in the first visits."""
     setup = TRAINERS[name].build(size, data["vocab_size"], compiled=args.compile)
     setup.model.to(device).train()
-    batches = cycle(data["train"])
-    return setup.model, timed(lambda: train_step(setup, next(batches), device, args.precision),
-                              args.reps, args.warmup, sync(device))
+    train = data["train"]
+    visits = first_visits(train, lambda batch: train_step(setup, batch, device, args.precision),
+                          sync(device))
+    order, stepped = cycle(range(len(train))), []
+
+    def step() -> float:
+        stepped.append(next(order))
+        return train_step(setup, train[stepped[-1]], device, args.precision)
+
+    samples = timed(step, args.reps, args.warmup, sync(device))
+    return setup.model, samples, visits, stepped[len(stepped) - args.reps:]
 
 
 def measure_decoding(name: str, beam: int, size: Size, data: dict, device: torch.device,
@@ -183,8 +167,12 @@ def run_worker(job: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     base_rss, base_cuda = rss_baseline_mib(), cuda_mib(device)
     result: dict[str, Any] = {"job": job, "framework": name, "label": entry.label}
     if job == "train":
-        model, samples = measure_training(name, size, data, device, args)
-        result["unit"] = "target tokens/s"
+        model, samples, visits, stepped = measure_training(name, size, data, device, args)
+        sizes = EncoderDecoder.of(size, data["vocab_size"])
+        result.update(unit="target tokens/s", first_visit_ms=visits,
+                      first_visit_ms_max=max(visits.values()),
+                      model_flops=[step_flops(sizes, *batch_lengths(data["train"][i], PAD))
+                                   for i in stepped])
     else:
         model, samples, generated = measure_decoding(name, SEARCHES[job], size, data, device,
                                                      args)
@@ -210,6 +198,7 @@ def run_job(job: str, name: str, args: argparse.Namespace, batches: Path) -> dic
     command = [sys.executable, __file__, "--worker", job, name, "--batches", str(batches),
                "--result", str(result_path), "--size", args.size, "--reps", str(args.reps),
                "--warmup", str(args.warmup), "--threads", str(args.threads),
+               "--train-batches", str(args.train_batches),
                "--precision", args.precision, *(["--compile"] if args.compile else []),
                *(["--max-tokens", str(args.max_tokens)] if args.max_tokens else [])]
     print(f"{job:>6}  {name} ...", flush=True)
@@ -226,7 +215,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed repetitions before the timed ones (training: after the "
+                        "first visit of every shape)")
+    parser.add_argument("--train-batches", type=int, default=None,
+                        help="training batches, cycled (default: --reps, so the timed steps "
+                        "take each once); every shape among them is visited before timing")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--data", type=Path, default=MULTI30K)
     parser.add_argument("--out", type=Path, default=None)
@@ -243,17 +237,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated, of {','.join(FRAMEWORKS)} (default: all)")
     parser.add_argument("--jobs", type=_names(JOB_KINDS), default=JOB_KINDS,
                         help=f"comma-separated, of {','.join(JOB_KINDS)} (default: all)")
+    parser.add_argument("--exclude", type=_pairs, default=(),
+                        help="comma-separated JOB/FRAMEWORK measurements to leave out, e.g. "
+                        "train/transformers")
     parser.add_argument("--dry-run", action="store_true",
                         help="check the arguments and print the measurements planned; run none")
     parser.add_argument("--worker", nargs=2, metavar=("JOB", "FRAMEWORK"), help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.train_batches = args.train_batches or args.reps
     args.planned = [(job, name) for job, name in JOBS
-                    if job in args.jobs and name in args.frameworks]
+                    if job in args.jobs and name in args.frameworks
+                    and (job, name) not in args.exclude]
     if not args.planned and not args.worker:
         parser.error("--frameworks and --jobs leave no measurement to run")
     return args
+
+
+def _pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """An argparse type: comma-separated ``JOB/FRAMEWORK`` measurements that :data:`JOBS`
+    has."""
+    pairs = tuple(tuple(p.strip().split("/", 1)) for p in text.split(",") if p.strip())
+    unknown = [p for p in pairs if p not in JOBS]
+    if unknown or not pairs:
+        raise argparse.ArgumentTypeError(
+            f"{','.join('/'.join(p) for p in unknown) or text!r}: choose from "
+            f"{','.join(f'{job}/{name}' for job, name in JOBS)}")
+    return pairs  # type: ignore[return-value]
 
 
 def _names(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
@@ -276,13 +287,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dry_run:
         print("\n".join(f"{job:>6}  {name}" for job, name in args.planned))
+        found = (args.data / "train.en").is_file()
         print(f"size {args.size} ({size_of(args).max_tokens} tokens a batch), precision "
               f"{args.precision}, compile {args.compile}, reps "
-              f"{args.reps} after {args.warmup} warm-up, {args.threads} threads -> "
+              f"{args.reps} after {args.warmup} warm-up, {args.train_batches} training "
+              f"batches (every shape visited first), {args.threads} threads, data "
+              f"{args.data}{'' if found else ' (not found: the built-in corpus)'} -> "
               f"{args.out or RESULTS / f'peers-{device_slug()}.md'}")
         return 0
     torch.set_num_threads(args.threads)
-    data = prepare_data(size_of(args), args.data, args.reps + args.warmup)
+    data = prepare_data(size_of(args), args.data, args.train_batches)
     with tempfile.TemporaryDirectory() as tmp:
         batches = Path(tmp) / "batches.pt"
         torch.save(data, batches)
@@ -293,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = report(args, data, results, info)
     out = args.out or RESULTS / f"peers-{device_slug()}.md"
     write_report(out, lines, {"machine": info, "size": args.size, "reps": args.reps,
-                              "warmup": args.warmup, "precision": args.precision,
+                              "warmup": args.warmup, "train_batches": args.train_batches,
+                              "precision": args.precision,
                               "compile": args.compile, "corpus": data["corpus"],
                               "results": results})
     print("\n".join(lines))

@@ -5,11 +5,13 @@ utilisation on a GPU, and the Markdown report with how each peer is configured.
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Any
 
 import torch
 from common import device_slug, machine_lines, table
 from frameworks import FRAMEWORKS, JOB_KINDS, bf16, size_of
+from gpu_flops import MFU_DEFINITION
 
 
 def peak_flops() -> tuple[float, str] | None:
@@ -31,12 +33,18 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
 
 
 def add_mfu(results: list[dict[str, Any]], peak: tuple[float, str] | None) -> None:
-    """Model FLOPs utilisation 6 * params * target tokens/s over the GPU's bf16 peak."""
+    """Model FLOPs utilisation over the GPU's bf16 peak: ``mfu`` from the model FLOPs of each
+    timed step's batch (:mod:`gpu_flops`; the median over the steps), ``mfu_6nd`` from 6 ×
+    parameters × the median target tokens/s."""
     if peak is None:
         return
     for r in results:
         if r["job"] == "train" and "rate" in r:
-            r["mfu"] = 6 * r["params"] * r["rate"]["median"] / peak[0]
+            r["mfu_6nd"] = 6 * r["params"] * r["rate"]["median"] / peak[0]
+            if r.get("model_flops"):
+                r["mfu"] = statistics.median(
+                    flops / seconds for flops, (_, seconds) in zip(
+                        r["model_flops"], r["samples"], strict=True)) / peak[0]
 
 
 def ratio_text(row: dict[str, Any]) -> str:
@@ -49,15 +57,32 @@ def training_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
         if r["job"] != "train":
             continue
         if "error" in r:
-            rows.append([r["framework"], "failed", "", "", "", ""] + ["", ""] * gpu)
+            rows.append([r["framework"], "failed", "", "", "", "", ""] + ["", "", ""] * gpu)
             continue
         rate = r["rate"]
         row = [r["label"], f"{r['params'] / 1e6:.2f} M", f"{rate['median']:,.0f}",
-               f"{rate['min']:,.0f}–{rate['max']:,.0f}", ratio_text(r), f"{r['peak_rss_mib']:,.0f}"]
+               f"{rate['min']:,.0f}–{rate['max']:,.0f}", ratio_text(r),
+               f"{len(r.get('first_visit_ms', {}))}, max {r.get('first_visit_ms_max', 0):,.0f}",
+               f"{r['peak_rss_mib']:,.0f}"]
         if gpu:
-            row += [f"{r['cuda_peak_mib']:,.0f}", f"{100 * r.get('mfu', float('nan')):.1f}%"]
+            row += [f"{r['cuda_peak_mib']:,.0f}", _percent(r.get("mfu")),
+                    _percent(r.get("mfu_6nd"))]
         rows.append(row)
     return rows
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def first_visit_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Each trained framework's first visit of each batch shape, in milliseconds."""
+    lines = []
+    for r in results:
+        if r["job"] == "train" and r.get("first_visit_ms"):
+            visits = "; ".join(f"{shape}: {ms:,.0f}" for shape, ms in r["first_visit_ms"].items())
+            lines.append(f"- {r['label']}: {visits}")
+    return lines
 
 
 def decoding_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
@@ -81,12 +106,16 @@ def decoding_rows(results: list[dict[str, Any]], gpu: bool) -> list[list[str]]:
 def _options(args: argparse.Namespace) -> str:
     """The command's options beyond the size and repetitions, as they were given."""
     options = [f"--max-tokens {args.max_tokens}"] if args.max_tokens else []
+    options += ([f"--train-batches {args.train_batches}"]
+                if getattr(args, "train_batches", args.reps) != args.reps else [])
     options += [f"--precision {args.precision}"] if args.precision != "auto" else []
     options += ["--compile"] if args.compile else []
     for name, everything in (("frameworks", FRAMEWORKS), ("jobs", JOB_KINDS)):
         chosen = getattr(args, name)
         if tuple(chosen) != tuple(everything):
             options.append(f"--{name} {','.join(chosen)}")
+    if excluded := getattr(args, "exclude", ()):
+        options.append(f"--exclude {','.join(f'{job}/{name}' for job, name in excluded)}")
     return "".join(f" {o}" for o in options)
 
 
@@ -114,16 +143,20 @@ def report(args: argparse.Namespace, data: dict, results: list[dict[str, Any]],
              "for every framework.", "",
              "## Training: one optimizer step", "",
              "Forward, label-smoothed (0.1) cross-entropy over the target tokens, backward, "
-             f"AdamW. Median over {args.reps} steps after {args.warmup} warm-up steps; the "
-             "range is min–max. Memory: peak RSS of the measuring process minus its RSS after "
-             "imports and data.", ""]
+             "AdamW. First, one step on one batch of each shape among the "
+             f"{len(data['train'])} batches (its first visit, timed apart: a GPU pays for a "
+             f"new shape); then {args.warmup} untimed steps, and the median over {args.reps} "
+             "steps, every one on a shape already seen; the range is min–max. Memory: peak RSS "
+             "of the measuring process minus its RSS after imports and data.", ""]
     header = ["framework", "parameters", "target tokens/s", "range", "normzoo / this",
-              "peak RSS MiB"] + (["CUDA peak MiB", "MFU"] if gpu else [])
+              "first visits (shapes, max ms)", "peak RSS MiB"] + (
+                  ["CUDA peak MiB", "MFU", "MFU 6ND"] if gpu else [])
     lines += table(header, training_rows(results, gpu))
     if peak is not None:
-        lines += ["", f"MFU = 6 × parameters × target tokens/s over {peak[0] / 1e12:.0f} "
-                  f"TFLOP/s, the dense bf16 peak of the {peak[1]}; it leaves out the encoder's "
-                  "source tokens and attention, so it understates the true utilisation."]
+        lines += ["", f"Peak: {peak[0] / 1e12:.0f} TFLOP/s, the dense bf16 peak of the "
+                  f"{peak[1]}. {MFU_DEFINITION}"]
+    if visits := first_visit_lines(results):
+        lines += ["", "First visit of each batch shape, milliseconds:", "", *visits]
     lines += ["", "## Decoding", "",
               f"{size.decode_sentences} source sentences in batches of {size.decode_batch}, "
               f"exactly {size.decode_len} tokens generated per sentence on both sides "

@@ -95,13 +95,13 @@ def train_once(precision: str, steps: int, threads: int, data: Path, run_dir: Pa
             "peak_rss_mb": round(usage.ru_maxrss / 1024)}  # Linux: kB
 
 
-def measure_training(args: argparse.Namespace) -> list[dict]:
+def measure_training(args: argparse.Namespace, arms: dict | None = None) -> list[dict]:
     """``--pairs`` rounds of runs taking turns at going first: fp32 and bf16-mixed, with
     ``--compile`` bf16-mixed eager and compiled (:data:`precision_compile.ARMS`), with
     ``--allocator`` each precision with and without ``normzoo.run.allocator``
-    (:data:`precision_allocator.ARMS`)."""
-    arms = (ARMS if args.compile else ALLOCATOR_ARMS if args.allocator
-            else {p: (p, (), {}) for p in PRECISIONS})
+    (:data:`precision_allocator.ARMS`); or ``arms`` (name: precision, overrides, environment)."""
+    arms = arms or (ARMS if args.compile else ALLOCATOR_ARMS if args.allocator
+                    else {p: (p, (), {}) for p in PRECISIONS})
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):

@@ -53,6 +53,11 @@ def test_peers_measures_every_framework(tmp_path: Path):
         assert positive(row["params"]) and len(row["samples"]) == 2
         assert math.isfinite(row["peak_rss_mib"]) and row["peak_rss_mib"] >= 0
         assert row["label"] in markdown
+    for name in TRAINERS:  # every shape visited before the timed steps, and reported apart
+        row = rows["train", name]
+        assert row["first_visit_ms"] and all(positive(ms) for ms in row["first_visit_ms"].values())
+        assert row["first_visit_ms_max"] == max(row["first_visit_ms"].values())
+        assert len(row["model_flops"]) == 2 and all(positive(f) for f in row["model_flops"])
     for search in SEARCHES:  # the same work on both sides: every sentence gets the same length
         generated = {rows[search, name]["generated_tokens"] for name in DECODERS}
         assert len(generated) == 1 and positive(generated.pop())

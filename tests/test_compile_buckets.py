@@ -1,6 +1,7 @@
-"""``trainer.compile``'s step (:mod:`normzoo.tasks.compiled`): each batch's lengths padded to
-a multiple of ``trainer.compile_pad_multiple`` without changing the loss, the loss compiled
-with the model, and the compiles a run makes counted, logged and explained.
+"""``trainer.compile``'s step (:mod:`normzoo.tasks.compiled`): a batch's lengths padded (as a
+ladder of lengths pads them, :mod:`normzoo.data.shapes`) without changing the loss or the
+gradients, the loss compiled with the model, static shapes on a ladder and dynamic ones
+without, and the compiles a run makes counted, logged and explained.
 
 TorchDynamo traces here with the "eager" backend: the same guards, graphs and compiles as
 inductor, without its minute of C++ generation per graph on a CPU."""
@@ -14,10 +15,9 @@ import pytest
 import torch
 from tiny import tiny
 
-from normzoo.errors import ConfigError
 from normzoo.recipe import from_dict
 from normzoo.tasks import base, compiled, task_class
-from normzoo.tasks.compiled import pad_lengths, padded_length
+from normzoo.tasks.compiled import compiled_inputs, recompiles_expected
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -64,13 +64,19 @@ def batch_for(task_name: str, rows: int = 3, length: int = 11) -> dict:
     return {"tokens": tokens, "labels": labels, "ntokens": 7}
 
 
+def padded_to(batch: dict, fill: dict[str, int], length: int) -> dict:
+    """The loss's tensors of ``batch``, right-padded along time to ``length`` with each one's
+    padding value, as a ladder's rung pads a collated batch."""
+    return {name: torch.nn.functional.pad(batch[name], (0, length - batch[name].shape[1]),
+                                          value=value) for name, value in fill.items()}
+
+
 @pytest.mark.parametrize("name", list(MODELS))
-def test_padding_to_a_multiple_changes_neither_the_loss_nor_the_gradients(name: str):
+def test_padding_changes_neither_the_loss_nor_the_gradients(name: str):
     task = make(name)
     batch = batch_for(name.split("-")[0])
-    padded = pad_lengths(batch, task.loss_inputs, 16, 1024)
-    assert {t.shape[1] for t in padded.values()} == {16}
-    assert "ntokens" not in padded  # host-side counts stay out of the compiled region
+    padded = padded_to(batch, task.loss_inputs, 16)
+    assert "ntokens" not in compiled_inputs(batch, task.loss_inputs)  # host-side counts stay out
 
     def loss_and_grads(inputs):
         task.zero_grad()
@@ -87,20 +93,6 @@ def test_padding_to_a_multiple_changes_neither_the_loss_nor_the_gradients(name: 
         torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_padded_length_stays_within_the_positions_and_never_shrinks():
-    assert [padded_length(n, 16, 1024) for n in (1, 16, 17, 59)] == [16, 16, 32, 64]
-    assert padded_length(60, 16, 62) == 62  # a learned table has no row 62
-    assert padded_length(70, 16, 64) == 70  # too long already: the model says so, not this
-    assert padded_length(37, 1, 1024) == 37  # 1: no padding
-
-
-@pytest.mark.parametrize("value", [0, -16, 4096, "wide", 1.5])
-def test_the_pad_multiple_is_checked_with_the_recipe(value):
-    with pytest.raises(ConfigError, match=r"trainer\.compile_pad_multiple"):
-        from_dict({"trainer": {"compile": True, "compile_pad_multiple": value}})
-    assert from_dict({}).trainer.compile_pad_multiple == 1
-
-
 def test_the_compiled_step_computes_the_eager_loss_on_a_few_shapes(traced):
     """Model and loss compile together (the model itself stays uncompiled, so checkpoint keys
     keep their names), and batches of new lengths compile nothing new."""
@@ -114,6 +106,26 @@ def test_the_compiled_step_computes_the_eager_loss_on_a_few_shapes(traced):
     assert task._compiles.compiles == 1
 
 
+def test_on_a_ladder_the_step_compiles_static_shapes_once_each(traced):
+    """``data.buckets`` set: one graph per shape, none dynamic, each the eager loss; a shape
+    seen again compiles nothing."""
+    import torch._dynamo.config as dynamo
+
+    recipe = from_dict({"task": "translation", "model": MODELS["translation"],
+                        "data": {"buckets": [8, 16, 24]}, "trainer": {"compile": True}})
+    torch.manual_seed(0)
+    task = task_class("translation")(recipe, 50).train()
+    eager = make("translation")
+    assert dynamo.recompile_limit >= recompiles_expected(3)
+    shapes = ((4, 8), (3, 16), (2, 24), (4, 8), (3, 16))
+    for rows, length in shapes:
+        batch = batch_for("translation", rows, length)
+        torch.testing.assert_close(task.step_terms(batch, 0.1).loss_sum,
+                                   eager.loss_terms(batch, 0.1).loss_sum, rtol=1e-6, atol=1e-5)
+    # Static: a graph per shape (a dynamic one would take all three in one or two).
+    assert task._compiles.compiles == len(set(shapes))
+
+
 def test_a_compiled_run_logs_its_compiles_and_says_why_past_the_expected(
         tmp_path: Path, monkeypatch, capfd, traced):
     from normzoo.run import training as train
@@ -121,15 +133,15 @@ def test_a_compiled_run_logs_its_compiles_and_says_why_past_the_expected(
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     # Training's graph is expected; validation's (eval mode, no gradients) is one more, and
     # with nothing more expected it is reported, with TorchDynamo's reason.
-    monkeypatch.setattr(base, "EXPECTED_COMPILES", 1)
+    monkeypatch.setattr(base, "recompiles_expected", lambda shapes: 1)
     recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
+                            data={"buckets": None},
                             trainer={"max_steps": 8, "val_every_steps": 4, "log_every_steps": 1,
-                                     "compile": True, "compile_pad_multiple": 16,
-                                     "loggers": ["csv"]}))
+                                     "compile": True, "loggers": ["csv"]}))
     train.run(recipe, "tiny.yaml")
     with open(tmp_path / "run" / "logs" / "csv" / "metrics.csv", newline="") as f:
         logged = [float(r["compile/compiles"]) for r in csv.DictReader(f)
                   if r.get("compile/compiles")]
     assert len(logged) == 8
-    assert logged[0] >= 1 and logged[-1] <= base.EXPECTED_COMPILES + 2
+    assert logged[0] >= 1 and logged[-1] <= 1 + 2
     assert "trainer.compile: compiled again at step" in capfd.readouterr().err

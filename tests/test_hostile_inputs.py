@@ -191,6 +191,7 @@ BAD_TYPED = {  # values of the wrong type, by the kind of a leaf
     "devices": ["two", 1.5, [1], {"a": 1}, None],
     "compile": ["fast", 2, 0.5, [True], {"a": 1}, None],
     "loggers": ["csv", 5, {"a": 1}, [5], ["comet"], ["csv", "csv"], ["tensorboard"]],
+    "buckets": ["wide", 1.5, True, {"a": 1}, [0], [16, 8], [8, 8], [1.5], [], 0, -3],
 }
 
 
@@ -202,6 +203,8 @@ def _kind(leaf: Leaf) -> Any:
         return "tuple"
     if get_origin(base) is list:  # trainer.loggers, the one list of names
         return "loggers"
+    if leaf.path == "data.buckets":  # a count, a list of lengths, auto or null
+        return "buckets"
     if get_origin(base) in (Union, types.UnionType):  # the two unions
         return "compile" if leaf.path == "trainer.compile" else "devices"
     return base
@@ -209,7 +212,7 @@ def _kind(leaf: Leaf) -> Any:
 
 def wrong_types(leaf: Leaf) -> list[Any]:
     values = list(BAD_TYPED[_kind(leaf)])
-    if not leaf.optional and _kind(leaf) not in ("devices", "compile"):
+    if not leaf.optional and _kind(leaf) not in ("devices", "compile", "buckets"):
         values.append(None)
     return values
 
@@ -246,7 +249,9 @@ CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vo
                # the schedule's rules tie it to trainer.max_steps and the warm-up; a tokenizer
                # path goes with type: file
                "optim.schedule", "optim.warmup_steps", "optim.decay_steps",
-               "optim.decay_fraction", "data.tokenizer.type", "data.tokenizer.path"}
+               "optim.decay_fraction", "data.tokenizer.type", "data.tokenizer.path",
+               # an SDPA kernel is named only for an attention that runs SDPA
+               "model.attention_impl", "model.attention_backend"}
 SAFE_TEXT = st.text(string.ascii_letters + string.digits + "_-/", min_size=1, max_size=12).filter(
     lambda s: s.lower() not in {"null", "~", "true", "false"})
 SPECIAL_VALID = {
@@ -255,6 +260,9 @@ SPECIAL_VALID = {
     "trainer.devices": st.one_of(st.just("auto"), st.just(-1), st.integers(1, 64)),
     "trainer.compile": st.sampled_from([True, False, "default", "reduce-overhead",
                                         "max-autotune"]),
+    # at most the base recipe's data.max_len (64), which the valid changes leave alone
+    "data.buckets": st.one_of(st.just("auto"), st.none(), st.integers(1, 64),
+                              st.lists(st.integers(1, 64), min_size=1, unique=True).map(sorted)),
 }
 
 
@@ -440,6 +448,11 @@ def valid_changes(draw: st.DrawFn) -> dict[str, Any]:
         even = changes["model.d_model"] // heads % 2 == 0  # rope rotates channel pairs
         changes["model.positions"] = draw(st.sampled_from(
             ["sinusoidal", "learned", *(["rope"] if even else [])]))
+    if draw(st.booleans()):
+        impl = draw(st.sampled_from(["auto", "sdpa", "explicit"]))
+        changes["model.attention_impl"] = impl
+        changes["model.attention_backend"] = "auto" if impl == "explicit" else draw(
+            st.sampled_from(["auto", "flash", "efficient", "cudnn", "math"]))
     if draw(st.booleans()):
         lr = draw(st.floats(1e-8, 1.0))
         changes["optim.lr"] = lr

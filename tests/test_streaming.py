@@ -219,3 +219,24 @@ def test_a_dataloader_worker_gives_the_same_batches_and_their_positions(
                         lambda: SimpleNamespace(id=0, num_workers=2))
     with pytest.raises(ValueError, match="num_workers"):
         take(make(folder, "mlm"), 1)
+
+
+def test_a_ladder_pads_each_streamed_batch_to_its_rung(folder: Path):
+    """With ``data.buckets`` a streamed MLM batch carries its rung (``Batch.length``), holds no
+    example longer than it and keeps the token budget; the loader pads to it."""
+    from normzoo.data.examples import mask_tokens, pad
+    from normzoo.data.shapes import LengthLadder
+    from normzoo.data.streaming import StreamingLoader
+
+    ladder = LengthLadder.spread(4, MAX_LEN)
+    batches = make(folder, "mlm", ladder=ladder)
+    seen = first_epoch(batches)
+    assert {b.length for b in seen} <= set(ladder.rungs)
+    for batch in seen:
+        assert max(len(row) for row in batch) <= batch.length
+        assert len(batch) * batch.length <= MAX_TOKENS
+    loader = StreamingLoader(make(folder, "mlm", ladder=ladder),
+                             lambda rows, length: mask_tokens(pad(rows, length=length), 50, 0.15,
+                                                              None))
+    for batch, expected in zip(islice(iter(loader), 5), seen, strict=False):
+        assert batch["tokens"].shape == (len(expected), expected.length)

@@ -12,6 +12,14 @@ exactly the examples that 1 process with ``max_tokens=2B`` sees, which is what m
 multi-process run reproduce a single-process one. A rank's share holds at most ``max_tokens``
 plus one example's tokens; a global batch with fewer examples than ranks is topped up by
 repeating its examples, so that every rank has something to step on.
+
+With a :class:`~normzoo.data.shapes.LengthLadder` the batches come in few shapes: a batch at
+rung ``r`` holds exactly the examples that fit ``r`` (:func:`~normzoo.data.shapes.rows_per_rung`)
+and every example is padded to ``r``. The few examples of a rung that do not fill a batch join
+the next rung's first batch, padded to it, so every batch but an epoch's last has its rung's
+one shape; and since the batches are a function of the sorted lengths alone, every epoch has
+the same shapes. Each batch is a :class:`ShapedBatch`, which tells the collate function the
+length to pad to.
 """
 
 from __future__ import annotations
@@ -22,14 +30,26 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from normzoo.data.shapes import LengthLadder, ShapeCount, count_shapes, rows_per_rung
+
+
+class ShapedBatch(list):
+    """A batch's indices, and ``length``: the length every side of it is padded to (0: each
+    side to its own longest example)."""
+
+    def __init__(self, items, length: int = 0) -> None:
+        super().__init__(items)
+        self.length = length
+
 
 def pack(
     lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0, epoch: int = 0,
-    shuffle: bool = True, shards: int = 1,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The batches of :func:`token_budget_batches` as two arrays, ``(order, bounds)``: batch
-    ``b`` is ``order[bounds[b]:bounds[b + 1]]``. Vectorised, so that millions of examples cost
-    a few arrays and about a second rather than a Python list per example."""
+    shuffle: bool = True, shards: int = 1, ladder: LengthLadder | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batches of :func:`token_budget_batches` as three arrays, ``(order, bounds,
+    padded)``: batch ``b`` is ``order[bounds[b]:bounds[b + 1]]``, padded to ``padded[b]``
+    (0 without a ladder: each side to its own longest). Vectorised, so that millions of
+    examples cost a few arrays and about a second rather than a Python list per example."""
     lengths = np.asarray(lengths, dtype=np.int64)
     budget = max_tokens * shards
     too_long = np.flatnonzero(lengths > max_tokens)
@@ -42,8 +62,26 @@ def pack(
     order = order[np.argsort(lengths[order], kind="stable")]
     # An empty example still takes a row: count it as one token, so batches stay bounded.
     ordered = np.maximum(lengths[order], 1)
+    if ladder is not None:
+        starts, padded = _ladder_starts(ordered, ladder, budget, shards)
+    else:
+        starts, padded = _greedy_starts(ordered, budget), None
+    n = len(order)
+    bounds = np.array([*starts, n], dtype=np.int64)
+    padded = np.zeros(len(starts), np.int64) if padded is None else np.asarray(padded, np.int64)
+    if shuffle and len(starts) > 1:
+        sizes = np.diff(bounds)
+        shuffled = rng.permutation(len(starts))
+        order = np.concatenate([order[bounds[b] : bounds[b + 1]] for b in shuffled])
+        bounds = np.concatenate(([0], np.cumsum(sizes[shuffled])))
+        padded = padded[shuffled]
+    return order, bounds, padded
+
+
+def _greedy_starts(ordered: np.ndarray, budget: int) -> list[int]:
+    """Where each batch starts in the sorted lengths ``ordered``, each padded to its longest."""
     starts = []
-    start, n = 0, len(order)
+    start, n = 0, len(ordered)
     while start < n:
         # Sorted lengths: the k-th example joins while k * its length fits the budget, and that
         # product only grows with k, so the batch ends at the first k where it does not.
@@ -52,28 +90,55 @@ def pack(
         size = most if fits.all() else int(np.argmin(fits))
         starts.append(start)
         start += size
-    bounds = np.array([*starts, n], dtype=np.int64)
-    if shuffle and len(starts) > 1:
-        sizes = np.diff(bounds)
-        shuffled = rng.permutation(len(starts))
-        order = np.concatenate([order[bounds[b] : bounds[b + 1]] for b in shuffled])
-        bounds = np.concatenate(([0], np.cumsum(sizes[shuffled])))
-    return order, bounds
+    return starts
+
+
+def _ladder_starts(ordered: np.ndarray, ladder: LengthLadder, budget: int,
+                   shards: int) -> tuple[list[int], list[int]]:
+    """Where each batch starts in the sorted lengths ``ordered``, and the rung it is padded
+    to: a batch takes its rung's rows; where that reaches into a longer rung, it takes that
+    rung's (fewer) rows and its length, until it ends inside the rung it is padded to."""
+    rung = np.searchsorted(np.asarray(ladder.rungs), ordered)  # len(rungs): past the top
+    rows = rows_per_rung(ladder, budget, shards)
+    starts, padded = [], []
+    start, n = 0, len(ordered)
+    while start < n:
+        at = int(rung[start])
+        if at == len(ladder.rungs):  # the rest outgrow the ladder: each its own longest
+            starts += [start + s for s in _greedy_starts(ordered[start:], budget)]
+            return starts, padded + [0] * (len(starts) - len(padded))
+        while True:
+            last = min(start + int(rows[at]), n) - 1
+            if rung[last] <= at:
+                size, length = last - start + 1, ladder.rungs[at]
+                break
+            if rung[last] == len(ladder.rungs):  # reaches past the top: end before it
+                size = int(np.searchsorted(rung[start:], len(ladder.rungs)))
+                length = ladder.rungs[at]
+                break
+            at = int(rung[last])
+        starts.append(start)
+        padded.append(length)
+        start += size
+    return starts, padded
 
 
 def token_budget_batches(
     lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0, epoch: int = 0,
-    shuffle: bool = True, shards: int = 1,
-) -> list[list[int]]:
+    shuffle: bool = True, shards: int = 1, ladder: LengthLadder | None = None,
+) -> list[ShapedBatch]:
     """Indices of ``lengths`` grouped into batches of at most ``shards * max_tokens`` padded
-    tokens; no single example may be longer than ``max_tokens``."""
-    order, bounds = pack(lengths, max_tokens, seed=seed, epoch=epoch, shuffle=shuffle,
-                         shards=shards)
-    return [order[bounds[b] : bounds[b + 1]].tolist() for b in range(len(bounds) - 1)]
+    tokens (padded up to ``ladder``'s rungs where one is given); no single example may be
+    longer than ``max_tokens``."""
+    order, bounds, padded = pack(lengths, max_tokens, seed=seed, epoch=epoch, shuffle=shuffle,
+                                 shards=shards, ladder=ladder)
+    return [ShapedBatch(order[bounds[b] : bounds[b + 1]].tolist(), int(padded[b]))
+            for b in range(len(bounds) - 1)]
 
 
 class TokenBudgetSampler(Sampler[list[int]]):
-    """A batch sampler over :func:`token_budget_batches`, each global batch split across ranks.
+    """A batch sampler over :func:`token_budget_batches`, each global batch split across ranks
+    (padded up to ``ladder``'s rungs where one is given).
 
     Call :meth:`set_epoch` each epoch (Lightning does) for a new deterministic order, and
     :meth:`resume_at` to continue an epoch part-way through (the batches are a pure function of
@@ -83,8 +148,10 @@ class TokenBudgetSampler(Sampler[list[int]]):
     def __init__(
         self, lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int = 0,
         shuffle: bool = True, rank: int = 0, world_size: int = 1,
+        ladder: LengthLadder | None = None,
     ) -> None:
         self.lengths, self.max_tokens = np.asarray(lengths, dtype=np.int64), max_tokens
+        self.ladder = ladder
         self.seed, self.shuffle = seed, shuffle
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
@@ -107,26 +174,26 @@ class TokenBudgetSampler(Sampler[list[int]]):
         """Make the next iteration start at batch ``batches`` of epoch ``epoch``."""
         self.epoch, self._skip = epoch, batches
 
-    def _packed(self) -> tuple[np.ndarray, np.ndarray]:
+    def _packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._cached is None or self._cached[0] != self.epoch:  # len() and iter() share it
             self._cached = (self.epoch, pack(
                 self.lengths, self.max_tokens, seed=self.seed, epoch=self.epoch,
-                shuffle=self.shuffle, shards=self.world_size,
+                shuffle=self.shuffle, shards=self.world_size, ladder=self.ladder,
             ))
         return self._cached[1]
 
-    def _share(self, batch: np.ndarray) -> list[int]:
-        if self.world_size == 1:
-            return batch.tolist()
-        return (batch[self.rank :: self.world_size] if len(batch) > self.rank
-                else batch[[self.rank % len(batch)]]).tolist()
+    def _share(self, batch: np.ndarray, length: int) -> ShapedBatch:
+        if self.world_size > 1:
+            batch = (batch[self.rank :: self.world_size] if len(batch) > self.rank
+                     else batch[[self.rank % len(batch)]])
+        return ShapedBatch(batch.tolist(), int(length))
 
     def __iter__(self) -> Iterator[list[int]]:
         # The skip stays until the epoch changes or resume_done(): a multi-process DataLoader
         # iterates its batch sampler twice while it starts.
         # Read now, not when the first batch is drawn: resume_done() may reset it in between.
-        order, bounds = self._packed()
-        return (self._share(order[bounds[b] : bounds[b + 1]])
+        order, bounds, padded = self._packed()
+        return (self._share(order[bounds[b] : bounds[b + 1]], padded[b])
                 for b in range(self._skip, len(bounds) - 1))
 
     def resume_done(self) -> None:
@@ -140,6 +207,11 @@ class TokenBudgetSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return len(self._packed()[1]) - 1
+
+    def shapes(self, sides: Sequence[np.ndarray]) -> ShapeCount:
+        """The shapes and padding of this epoch's global batches, whose examples' sides have
+        the lengths ``sides`` (:func:`~normzoo.data.shapes.count_shapes`)."""
+        return count_shapes(sides, *self._packed())
 
 
 class ResumableLoader(DataLoader):

@@ -19,9 +19,10 @@ import torch
 from normzoo.data.tokenizer import BOS, EOS, MASK, PAD, SPECIALS
 
 
-def pad(rows: Sequence[Sequence[int]], value: int = PAD) -> torch.Tensor:
-    """Right-pad ``rows`` into one ``[len(rows), longest]`` long tensor."""
-    longest = max(len(r) for r in rows)
+def pad(rows: Sequence[Sequence[int]], value: int = PAD, length: int = 0) -> torch.Tensor:
+    """Right-pad ``rows`` into one ``[len(rows), longest]`` long tensor, or ``[len(rows),
+    length]`` where ``length`` (a ladder's rung: :mod:`normzoo.data.shapes`) is longer."""
+    longest = max(length, *(len(r) for r in rows))
     out = np.full((len(rows), longest), value, dtype=np.int64)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
@@ -67,6 +68,11 @@ class _Indexed:
     def __getitem__(self, i: int) -> int:
         return i
 
+    def __getitems__(self, items: list[int]) -> list[int]:
+        """A whole batch at once (torch's DataLoader asks this first), handed on as it is: a
+        :class:`~normzoo.data.batching.ShapedBatch` keeps the length it is padded to."""
+        return items
+
 
 class ParallelData(_Indexed):
     """Encoded sentence pairs; ``ids`` are the kept rows' line numbers in the split (for
@@ -100,15 +106,22 @@ class ParallelData(_Indexed):
     def src_lengths(self) -> np.ndarray:
         return self._src_len + 1
 
+    def sides(self) -> list[np.ndarray]:
+        """The lengths of each example's tensors as a batch pads them: source, target."""
+        return [self._src_len + 1, self._tgt_len + 1]
+
     def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Source + EOS; target input BOS + target; target output target + EOS."""
+        """Source + EOS; target input BOS + target; target output target + EOS; both sides
+        padded to the batch's rung where it has one (:class:`ShapedBatch`), each to its own
+        longest otherwise."""
         cap = self.max_len - 1
+        length = getattr(items, "length", 0)
         src = [self.src.row(self.ids[i])[:cap] for i in items]
         tgt = [self.tgt.row(self.ids[i])[:cap] for i in items]
         return {
-            "src": pad([np.append(s, EOS) for s in src]),
-            "tgt_in": pad([np.insert(t, 0, BOS) for t in tgt]),
-            "tgt_out": pad([np.append(t, EOS) for t in tgt]),
+            "src": pad([np.append(s, EOS) for s in src], length=length),
+            "tgt_in": pad([np.insert(t, 0, BOS) for t in tgt], length=length),
+            "tgt_out": pad([np.append(t, EOS) for t in tgt], length=length),
             "ids": torch.from_numpy(self.ids[np.asarray(items, dtype=np.int64)]),
             # Counted here, on the host, so logging throughput never waits for the device.
             "ntokens": sum(len(t) + 1 for t in tgt),
@@ -143,13 +156,17 @@ class SentenceData(_Indexed):
     def lengths(self) -> np.ndarray:
         return self._lengths
 
+    def sides(self) -> list[np.ndarray]:
+        return [self._lengths]
+
     def rows(self, items: Sequence[int]) -> list[np.ndarray]:
         cap = self.max_len - 2
         return [np.concatenate(([BOS], self.lines.row(self.keep[i])[:cap], [EOS]))
                 for i in items]
 
     def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
-        return mask_tokens(pad(self.rows(items)), self.vocab_size, self.mask_prob,
+        return mask_tokens(pad(self.rows(items), length=getattr(items, "length", 0)),
+                           self.vocab_size, self.mask_prob,
                            self.mask_seed, lines=self.keep[np.asarray(items, dtype=np.int64)])
 
 
@@ -226,15 +243,19 @@ class BlockData(_Indexed):
     def lengths(self) -> np.ndarray:
         return np.minimum(self.block + 1, len(self.stream) - self.starts) - 1
 
+    def sides(self) -> list[np.ndarray]:
+        return [self.lengths()]
+
     def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
         rows = [self.stream[self.starts[i] : self.starts[i] + self.block + 1] for i in items]
-        return collate_blocks(rows)
+        return collate_blocks(rows, getattr(items, "length", 0))
 
 
-def collate_blocks(rows: Sequence[np.ndarray]) -> dict[str, torch.Tensor]:
-    """Inputs are a block without its last token, labels without its first."""
+def collate_blocks(rows: Sequence[np.ndarray], length: int = 0) -> dict[str, torch.Tensor]:
+    """Inputs are a block without its last token, labels without its first (both padded to
+    ``length`` where the batch's rung is longer)."""
     return {
-        "tokens": pad([r[:-1] for r in rows]),
-        "labels": pad([r[1:] for r in rows], value=-100),
+        "tokens": pad([r[:-1] for r in rows], length=length),
+        "labels": pad([r[1:] for r in rows], value=-100, length=length),
         "ntokens": sum(len(r) - 1 for r in rows),
     }

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from normzoo.data.batching import pack
+from normzoo.data.shapes import LengthLadder
 from normzoo.data.sources import DataError
 from normzoo.data.tokenizer import BOS, EOS
 
@@ -50,9 +52,11 @@ ENDLESS = 2**62  # the length a streaming loader reports: training stops at max_
 class Batch(list):
     """One rank's share of a global batch: a list of int64 rows, unpadded. ``position`` is the
     state right after it was handed out, for a caller that delivers batches later than they are
-    made (a DataLoader worker, Lightning's one-batch prefetch)."""
+    made (a DataLoader worker, Lightning's one-batch prefetch); ``length`` the length its rows
+    are padded to (a ladder's rung; 0: the longest row's)."""
 
     position: dict[str, int]
+    length: int = 0
 
 
 class StreamingBatches(torch.utils.data.IterableDataset):
@@ -70,7 +74,7 @@ class StreamingBatches(torch.utils.data.IterableDataset):
         self, rows_factory: Callable[[], datasets.IterableDataset], *, task: str,
         encode: Callable[[list[str]], Sequence[Sequence[int]]], max_len: int, max_tokens: int,
         seed: int, buffer_size: int = 10_000, pool_batches: int = 64, rank: int = 0,
-        world_size: int = 1, text_field: str = "text",
+        world_size: int = 1, text_field: str = "text", ladder: LengthLadder | None = None,
     ) -> None:
         if task not in ("causal_lm", "mlm"):
             raise ValueError(f"streaming supports the tasks causal_lm and mlm, not {task!r}")
@@ -83,6 +87,7 @@ class StreamingBatches(torch.utils.data.IterableDataset):
         self.max_len, self.max_tokens, self.seed = max_len, max_tokens, seed
         self.buffer_size, self.pool_batches = buffer_size, pool_batches
         self.rank, self.world_size, self.text_field = rank, world_size, text_field
+        self.ladder = ladder
         self._state = dict.fromkeys(KEYS, 0)
 
     def state_dict(self) -> dict[str, int]:
@@ -184,16 +189,16 @@ class StreamingBatches(torch.utils.data.IterableDataset):
                 tokens += self._length(example)
                 upcoming = next(examples, None)
             ended = upcoming is None
-            items.sort(key=self._length)  # stable
-            batches: list[list[np.ndarray]] = []
-            for example in items:  # ascending, so the newest example is the longest
-                if batches and (len(batches[-1]) + 1) * self._length(example) <= budget:
-                    batches[-1].append(example)
-                else:
-                    batches.append([example])
+            # Sorted by length (stable) and packed as the map-style batches are, each padded
+            # to its rung where there is a ladder.
+            order, bounds, padded = pack([self._length(x) for x in items], self.max_tokens,
+                                         shuffle=False, shards=self.world_size,
+                                         ladder=self.ladder)
+            batches = [([items[j] for j in order[bounds[b] : bounds[b + 1]]], int(padded[b]))
+                       for b in range(len(bounds) - 1)]
             random.Random(f"{self.seed}:{epoch}:{pool}").shuffle(batches)
             for i in range(skip, len(batches)):
-                batch = batches[i]
+                batch, length = batches[i]
                 share = batch[self.rank :: self.world_size] or [batch[self.rank % len(batch)]]
                 here = {"epoch": epoch, "batches": first + i + 1, "pool": pool, "first": first,
                         "rows": rows, "drop": drop}
@@ -202,7 +207,9 @@ class StreamingBatches(torch.utils.data.IterableDataset):
                                 drop=after[1])
                     if ended:
                         here = {**dict.fromkeys(KEYS, 0), "epoch": epoch + 1}
-                yield Batch(share), here
+                out = Batch(share)
+                out.length = length
+                yield out, here
             skip = max(skip - len(batches), 0)
             pool, first, (rows, drop) = pool + 1, first + len(batches), after
 
@@ -213,14 +220,16 @@ class StreamingLoader(torch.utils.data.DataLoader):
     worker made ahead of time does not move it). Lightning saves ``state_dict()`` in every
     checkpoint and calls ``load_state_dict()`` before it iterates again."""
 
-    def __init__(self, batches: StreamingBatches, collate, num_workers: int = 0) -> None:
+    def __init__(self, batches: StreamingBatches, collate, num_workers: int = 0,
+                 pin_memory: bool = False) -> None:
         def with_position(share: Batch) -> dict:
-            return {**collate(list(share)), "position": dict(share.position)}
+            return {**collate(list(share), share.length), "position": dict(share.position)}
 
         # A generator of its own: starting an iterator must not draw from the global RNG that
         # dropout uses, or a resumed run's dropout would be one draw off.
         super().__init__(batches, batch_size=None, collate_fn=with_position,
-                         num_workers=min(num_workers, 1), generator=torch.Generator())
+                         num_workers=min(num_workers, 1), generator=torch.Generator(),
+                         pin_memory=pin_memory)
         self._position = batches.state_dict()
 
     def __iter__(self) -> Iterator[dict]:

@@ -97,6 +97,8 @@ class DivergenceGuard(L.Callback):
             bad = bad | (loss > self.max_loss)
         if trainer.world_size > 1:  # every process stops together
             bad = trainer.strategy.reduce(bad.float(), reduce_op="sum") > 0
+        # The one host-device sync this guard costs each step, kept on purpose: the verdict
+        # must reach the host before the optimizer step, or the broken update is already made.
         if not bool(bad):
             return
         model = pl_module.model

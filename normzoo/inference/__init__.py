@@ -5,6 +5,8 @@
 * :mod:`~normzoo.inference.model` — :class:`Loaded`, what ``normzoo.load`` hands back.
 * :mod:`~normzoo.inference.device` — the device a user names, checked against this machine.
 * :mod:`~normzoo.inference.decoding` — greedy and beam search, with the KV cache.
+* :mod:`~normzoo.inference.beams` — beam search's choices as tensor operations over the batch.
+* :mod:`~normzoo.inference.step_graphs` — the decoder's step: eager, or a CUDA graph on a GPU.
 * :mod:`~normzoo.inference.sampling` — sampling from language models, with the KV cache.
 * :mod:`~normzoo.inference.translate` — a whole split translated in token-budget batches.
 * :mod:`~normzoo.inference.scoring` — BLEU and chrF with sacreBLEU; the paired bootstrap.

@@ -3,19 +3,29 @@ decoder shares (eval mode for the duration, the special tokens never emitted); s
 language models is :mod:`~normzoo.inference.sampling`.
 
 The encoder runs once per batch; each step feeds only the newest target token through the
-decoder, whose cache holds the keys and values of the earlier ones.
+decoder, whose cache holds the keys and values of the earlier ones. The step is
+:mod:`~normzoo.inference.step_graphs`' (a CUDA graph over a static cache on a GPU, eager on a
+CPU); everything around it stays on the device: greedy's choices and beam search's
+(:class:`~normzoo.inference.beams.Beams`) are tensor operations over the whole batch, and the
+host reads the device only to learn whether every sentence is done, every step on a CPU (where
+reading costs nothing) and every :data:`DONE_CHECK_EVERY` steps on a GPU, where each read makes
+the host wait for the queued kernels; the steps run past the end compute what nobody reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from normzoo.data.tokenizer import BOS, EOS, PAD
+from normzoo.inference.beams import Beams
+from normzoo.inference.step_graphs import decoder_step
 from normzoo.models.families import Seq2SeqModel
+
+DONE_CHECK_EVERY = 4  # steps between the host's "all done?" reads on a GPU
 
 
 @contextmanager
@@ -40,6 +50,12 @@ def max_target_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch
     return (src_len.float() * a + b).long().clamp(min=1, max=limit)
 
 
+def done_check_every(device: torch.device) -> int:
+    """How often the host reads whether decoding is done: every step on a CPU, where a read
+    costs nothing, and every :data:`DONE_CHECK_EVERY` steps elsewhere."""
+    return 1 if device.type == "cpu" else DONE_CHECK_EVERY
+
+
 @torch.no_grad()
 def greedy(
     model: Seq2SeqModel,
@@ -48,29 +64,33 @@ def greedy(
     max_len_a: float = 1.2,
     max_len_b: int = 10,
     min_len: int = 0,
+    graphs: bool | None = None,
 ) -> list[list[int]]:
     """Greedy translations of a padded source batch ``[B, S]``, as token ids without BOS/EOS.
 
     ``min_len`` bans EOS until a hypothesis has that many tokens (fairseq's ``--min-len``);
-    the length limit still wins where it is shorter.
+    the length limit still wins where it is shorter. ``graphs`` turns the step's CUDA graph on
+    or off (None: on a GPU unless ``NORMZOO_DECODE_GRAPHS=0``;
+    :mod:`~normzoo.inference.step_graphs`).
     """
     with evaluation_mode(model):
         limit = model.config.max_positions - 1
         lengths = max_target_lengths(src, max_len_a, max_len_b, limit)
+        steps = int(lengths.max())
         memory, memory_mask = model.encode(src)
-        batch = src.shape[0]
-        cache = model.new_cache()
-        token = torch.full((batch, 1), BOS, dtype=torch.long, device=src.device)
-        out = torch.full((batch, int(lengths.max())), PAD, dtype=torch.long, device=src.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-        for step in range(int(lengths.max())):
-            logits = model.decode(token, memory, memory_mask, cache)[:, -1]
+        step_logits = decoder_step(model, memory, memory_mask, steps, graphs)
+        batch, device = src.shape[0], src.device
+        token = torch.full((batch, 1), BOS, dtype=torch.long, device=device)
+        out = torch.full((batch, steps), PAD, dtype=torch.long, device=device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        every = done_check_every(device)
+        for step in range(steps):
+            logits = step_logits(token, step)
             _ban_specials(logits, step, min_len)
-            token = logits.argmax(dim=-1, keepdim=True)
-            token[finished, 0] = PAD
+            token = torch.where(finished, PAD, logits.argmax(dim=-1))[:, None]
             out[:, step] = token[:, 0]
-            finished |= token[:, 0].eq(EOS) | (step + 1 >= lengths)
-            if bool(finished.all()):
+            finished |= token[:, 0].eq(EOS) | lengths.le(step + 1)
+            if (step + 1) % every == 0 and bool(finished.all()):
                 break
         return [_strip(row) for row in out.tolist()]
 
@@ -81,37 +101,6 @@ def _ban_specials(scores: torch.Tensor, step: int, min_len: int) -> None:
     scores[:, BOS] = float("-inf")
     if step < min_len:
         scores[:, EOS] = float("-inf")
-
-
-def _advance(
-    ranked: Iterable[tuple[float, int, int]],
-    k: int,
-    at_limit: bool,
-    prefixes: torch.Tensor,
-    finished: list[tuple[float, list[int]]],
-    lenpen: float,
-) -> list[tuple[float, int, int]]:
-    """One sentence's beam step over its ``2k`` best (score, beam, token) candidates, best
-    first: hypotheses that end here go to ``finished``; returns the (at most ``k``) live ones.
-    ``prefixes`` ``[k, step]`` holds the tokens of the sentence's beams so far.
-    """
-    live: list[tuple[float, int, int]] = []
-    for rank, (score, origin, token) in enumerate(ranked):
-        if score == float("-inf"):
-            break
-        if token == EOS and rank >= k:
-            continue  # as in fairseq: only an EOS within the top k ends a beam
-        if token == EOS or at_limit:
-            prefix = prefixes[origin].tolist()
-            hyp = prefix if token == EOS else [*prefix, token]
-            finished.append((score / (len(prefix) + 1) ** lenpen, hyp))
-            if len(finished) >= k:
-                break
-        elif len(live) < k:
-            live.append((score, origin, token))
-        if len(live) >= k and not at_limit:
-            break
-    return live
 
 
 def _strip(ids: list[int]) -> list[int]:
@@ -130,6 +119,7 @@ def beam_search(
     max_len_a: float = 1.2,
     max_len_b: int = 10,
     min_len: int = 0,
+    graphs: bool | None = None,
 ) -> list[list[int]]:
     """Batched beam search with the key/value cache, as in fairseq.
 
@@ -137,52 +127,26 @@ def beam_search(
     (EOS included) divided by ``length ** lenpen``. A sentence is done once it has ``beam``
     finished hypotheses (or at its length limit, where the live beams are finished as they
     stand); the best finished one is returned. With ``beam=1`` this is exactly greedy search.
-    ``min_len`` bans EOS before that many tokens, as in :func:`greedy`.
+    ``min_len`` bans EOS before that many tokens, and ``graphs`` is the step's CUDA graph, as
+    in :func:`greedy`. The bookkeeping is :class:`~normzoo.inference.beams.Beams`'.
     """
     with evaluation_mode(model):
         batch, k = src.shape[0], beam
-        device = src.device
         limit = model.config.max_positions - 1
         lengths = max_target_lengths(src, max_len_a, max_len_b, limit)
+        steps = int(lengths.max())
         memory, memory_mask = model.encode(src)
         memory = memory.repeat_interleave(k, dim=0)
         memory_mask = memory_mask.repeat_interleave(k, dim=0)
-        cache = model.new_cache()
-        scores = torch.full((batch, k), float("-inf"), device=device)
-        scores[:, 0] = 0.0  # all beams start identical: keep one so top-k isn't k copies
-        tokens = torch.full((batch * k, 1), BOS, dtype=torch.long, device=device)
-        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
-        done = [False] * batch
-        base = (torch.arange(batch, device=device) * k)[:, None]
-        for step in range(int(lengths.max())):
-            logits = model.decode(tokens[:, -1:], memory, memory_mask, cache)[:, -1]
-            logp = torch.log_softmax(logits.float(), dim=-1)
+        step_logits = decoder_step(model, memory, memory_mask, steps, graphs)
+        beams = Beams(batch, k, steps, lengths)
+        tokens = torch.full((batch * k, 1), BOS, dtype=torch.long, device=src.device)
+        every = done_check_every(src.device)
+        for step in range(steps):
+            logp = torch.log_softmax(step_logits(tokens, step).float(), dim=-1)
             _ban_specials(logp, step, min_len)
-            vocab = logp.shape[-1]
-            candidates = (scores[:, :, None] + logp.view(batch, k, vocab)).view(batch, -1)
-            top_scores, top_index = candidates.topk(2 * k, dim=1)
-            ranked = zip(top_scores.tolist(), (top_index // vocab).tolist(),
-                         (top_index % vocab).tolist(), strict=True)
-            at_limit = (step + 1 >= lengths).tolist()
-            # Python lists, turned into tensors once per step: element-wise tensor writes
-            # cost a dispatch each, k of them per sentence and step.
-            live = [[(float("-inf"), 0, PAD)] * k for _ in range(batch)]
-            for b, (row_scores, row_origin, row_token) in enumerate(ranked):
-                if done[b]:
-                    continue
-                chosen = _advance(
-                    zip(row_scores, row_origin, row_token, strict=True), k, at_limit[b],
-                    tokens[b * k : (b + 1) * k, 1:], finished[b], lenpen)
-                if len(finished[b]) >= k or at_limit[b] or not chosen:
-                    done[b] = True
-                else:
-                    live[b][: len(chosen)] = chosen
-            if all(done):
+            reorder, tokens = beams.advance(logp, step)
+            if (step + 1) % every == 0 and bool(beams.done.all()):
                 break
-            picked = torch.tensor(live, dtype=torch.float64)  # [batch, k, (score, beam, token)]
-            scores = picked[..., 0].to(device, scores.dtype)
-            reorder = (base + picked[..., 1].long().to(device)).view(-1)
-            cache.reorder(reorder, cross=False)  # a sentence's beams share its encoder keys
-            next_token = picked[..., 2].long().to(device).view(-1, 1)
-            tokens = torch.cat([tokens[reorder], next_token], dim=1)
-        return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in finished]
+            step_logits.reorder(reorder)
+        return beams.best(lenpen)

@@ -74,6 +74,11 @@ class ModelConfig(BaseModel):
         description="attention kernel: torch's SDPA, or matmul-softmax-matmul written out; auto "
         "takes the explicit one on a CPU under bf16/fp16, where SDPA's backward is slow",
     )
+    attention_backend: Literal["auto", "flash", "efficient", "cudnn", "math"] = Field(
+        default="auto",
+        description="on a GPU, the SDPA kernel tried first (normzoo.nn.sdpa_choice); auto: "
+        "flash without a mask, memory-efficient with one, never cuDNN (it plans every new shape)",
+    )
     bias: bool = Field(
         default=True, description="biases in linear layers, norms and the masked-LM head"
     )
@@ -124,8 +129,13 @@ class ModelConfig(BaseModel):
     def _attention_problems(self) -> list[Problem]:
         """GQA's groups and RoPE's channel pairs: rules the attention modules would otherwise
         raise on while the model is built, reported here with their key paths (the fields' own
-        ranges, ``kv_heads >= 1`` and ``rope_base > 0``, are checked before)."""
+        ranges, ``kv_heads >= 1`` and ``rope_base > 0``, are checked before); an SDPA kernel
+        named for a model that never runs SDPA."""
         problems = []
+        if self.attention_backend != "auto" and self.attention_impl == "explicit":
+            problems.append(Problem(
+                "attention_backend", f"{self.attention_backend} names an SDPA kernel, but "
+                "attention_impl: explicit never runs SDPA; set attention_impl to auto or sdpa"))
         if self.kv_heads is not None and self.heads % self.kv_heads:
             problems.append(Problem(
                 "kv_heads", f"{self.kv_heads} does not divide heads={self.heads}: each key/value "

@@ -12,7 +12,7 @@ from torch import nn
 from normzoo.models.config import ModelConfig
 from normzoo.models.stacks import DecoderStack, EncoderStack
 from normzoo.nn.embeddings import Embeddings
-from normzoo.nn.kv_cache import KVCache
+from normzoo.nn.kv_cache import KVCache, StaticKVCache
 from normzoo.nn.padding import padding_mask_context
 from normzoo.residual.base import ResidualScheme
 
@@ -103,18 +103,19 @@ class DecoderModel(TransformerModel):
         tied = self.embeddings.tokens if config.tie_output else None
         self.output = OutputProjection(config.d_model, config.vocab_size, tied)
 
-    def new_cache(self) -> KVCache:
-        return self.decoder.new_cache()
+    def new_cache(self, capacity: int | None = None) -> KVCache | StaticKVCache:
+        """A growing cache, or one preallocated for ``capacity`` positions."""
+        return self.decoder.new_cache(capacity)
 
     def forward(
         self,
         tokens: torch.Tensor,
         *,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
         key_padding_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits ``[B, T, vocab]``; with ``cache``, ``tokens`` continue the cached prefix."""
-        offset = 0 if cache is None else cache.length
+        offset = 0 if cache is None else cache.offset
         h = self.decoder(
             self.embeddings(tokens, offset),
             key_padding_mask=key_padding_mask,
@@ -137,8 +138,9 @@ class Seq2SeqModel(TransformerModel):
         tied = self.decoder_embeddings.tokens if config.tie_output else None
         self.output = OutputProjection(config.d_model, config.vocab_size, tied)
 
-    def new_cache(self) -> KVCache:
-        return self.decoder.new_cache()
+    def new_cache(self, capacity: int | None = None) -> KVCache | StaticKVCache:
+        """A growing cache, or one preallocated for ``capacity`` positions."""
+        return self.decoder.new_cache(capacity)
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder output ``[B, S, dim]`` and the source padding mask ``[B, S]``."""
@@ -150,10 +152,10 @@ class Seq2SeqModel(TransformerModel):
         tgt: torch.Tensor,
         memory: torch.Tensor,
         memory_padding_mask: torch.Tensor | None,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
     ) -> torch.Tensor:
         """Logits for target prefix ``tgt``; with ``cache``, ``tgt`` holds only new tokens."""
-        offset = 0 if cache is None else cache.length
+        offset = 0 if cache is None else cache.offset
         h = self.decoder(
             self.decoder_embeddings(tgt, offset),
             memory,

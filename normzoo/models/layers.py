@@ -15,7 +15,7 @@ from normzoo.models.config import ModelConfig
 from normzoo.nn.attention import MultiheadAttention
 from normzoo.nn.dropout import Dropout
 from normzoo.nn.feedforward import GATED, FeedForward
-from normzoo.nn.kv_cache import LayerCache
+from normzoo.nn.kv_cache import LayerCache, StaticLayerCache
 from normzoo.residual.base import ResidualScheme, Site, StackInfo, Stream, SublayerKind
 
 NormMaker = Callable[[int], nn.Module]  # width -> a fresh norm
@@ -62,6 +62,7 @@ class SublayerBuilder:
             fused=c.fused_qkv,
             inner_norm=self._inner(site, self.stack.dim),
             impl=c.attention_impl,
+            backend=c.attention_backend,
             kv_heads=c.kv_heads,
             # self-attention only: the module ignores it when cross
             rope_base=c.rope_base if c.positions == "rope" else None,
@@ -137,7 +138,7 @@ class DecoderLayer(nn.Module):
         *,
         padding_mask: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
-        cache: LayerCache | None = None,
+        cache: LayerCache | StaticLayerCache | None = None,
     ) -> Stream:
         x = self.self_attn_residual(
             x,

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from normzoo.models.layers import DecoderLayer, EncoderLayer, SublayerBuilder
-from normzoo.nn.kv_cache import KVCache
+from normzoo.nn.kv_cache import KVCache, StaticKVCache
 from normzoo.nn.padding import padding_mask_context
 
 
@@ -50,7 +50,7 @@ class DecoderStack(_Stack):
         memory_padding_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
         norm_padding_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | StaticKVCache | None = None,
     ) -> torch.Tensor:
         """Causal decoding of ``x`` ``[B, T, dim]``, optionally attending to ``memory``.
 
@@ -70,5 +70,9 @@ class DecoderStack(_Stack):
                 )
             return self.ends(state)
 
-    def new_cache(self) -> KVCache:
-        return KVCache(len(self.layers))
+    def new_cache(self, capacity: int | None = None) -> KVCache | StaticKVCache:
+        """A growing cache, or with ``capacity`` one preallocated for that many positions
+        (:mod:`normzoo.nn.kv_cache`)."""
+        if capacity is None:
+            return KVCache(len(self.layers))
+        return StaticKVCache(len(self.layers), capacity)

@@ -6,7 +6,10 @@ several times slower than its fp32 one (7x at the depth study's shapes on an AVX
 ``benchmarks/precision.py``) and throws away what bf16 matrix products gain, while the explicit
 path runs its two matmuls in bf16 and is faster than fp32 SDPA. ``auto`` (the default) takes
 the explicit path exactly there, on a CPU tensor in bf16 or fp16, and SDPA everywhere else (GPU,
-float32), where SDPA's fused kernels are the fastest.
+float32), where SDPA's fused kernels are the fastest. On a GPU, which of SDPA's kernels may run
+each call, in which order, is chosen by :mod:`normzoo.nn.sdpa_choice` (``backend``, the recipe's
+``model.attention_backend``): flash or memory-efficient, never cuDNN unless asked (it plans
+every new batch shape, seconds each on an H200); a CPU's SDPA is left as it is.
 
 Self-attention keeps q, k, v in one fused ``[(heads + 2*kv_heads) * head_dim, dim]`` matrix by
 default (one matmul; ``[3*dim, dim]`` without GQA), or three separate ones; cross-attention keeps
@@ -38,10 +41,18 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import sdpa_kernel
 
-from normzoo.nn.dropout import dropout as drop
-from normzoo.nn.kv_cache import LayerCache
+from normzoo.nn.kv_cache import LayerCache, StaticLayerCache
 from normzoo.nn.rotary import RotaryEmbedding
+from normzoo.nn.scaled_dot_product import attention_mask, explicit_attention
+from normzoo.nn.sdpa_choice import (
+    BACKEND_NAMES,
+    AttentionBackend,
+    AttentionCase,
+    attention_case,
+    sdpa_backends,
+)
 
 AttentionImpl = Literal["auto", "sdpa", "explicit"]
 LOW_PRECISION = (torch.bfloat16, torch.float16)
@@ -49,60 +60,17 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 QKV_GAIN = 2**-0.5
 
 
-def explicit_wanted(impl: AttentionImpl, q: torch.Tensor) -> bool:
-    """Whether ``impl`` runs the explicit path for queries ``q`` (``auto``: on a CPU in bf16/fp16,
-    where SDPA's backward is slow; see the module docstring)."""
+def explicit_for(impl: AttentionImpl, device_type: str, dtype: torch.dtype) -> bool:
+    """Whether ``impl`` runs the explicit path for queries of ``dtype`` on ``device_type``
+    (``auto``: on a CPU in bf16/fp16, where SDPA's backward is slow; see the module docstring)."""
     if impl == "auto":
-        return q.device.type == "cpu" and q.dtype in LOW_PRECISION
+        return device_type == "cpu" and dtype in LOW_PRECISION
     return impl == "explicit"
 
 
-def explicit_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    mask: torch.Tensor | None,
-    dropout: float,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """softmax(scale q k^T masked) v, as ``scaled_dot_product_attention`` computes it (``scale``
-    None: 1/sqrt(d)).
-
-    ``mask`` is boolean (True = may attend) and broadcasts to ``[B, H, T, S]``. The softmax runs
-    in float32 whatever the inputs' dtype, as SDPA's fused kernels accumulate, and its result is
-    cast back so that the second matmul runs in the inputs' dtype (bf16 under autocast).
-    """
-    scores = (q * (q.shape[-1] ** -0.5 if scale is None else scale)) @ k.transpose(-2, -1)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1, dtype=torch.float32).to(v.dtype)
-    if dropout > 0.0:
-        weights = drop(weights, dropout)
-    return weights @ v
-
-
-def attention_mask(
-    key_padding_mask: torch.Tensor | None,
-    causal: bool,
-    query_len: int,
-    key_len: int,
-    device: torch.device,
-) -> torch.Tensor | None:
-    """A boolean SDPA mask (True = may attend), or None when nothing is masked.
-
-    With a cache, queries sit at the last ``query_len`` of ``key_len`` positions, so the causal
-    mask is offset accordingly.
-    """
-    mask = None
-    if causal and query_len > 1:
-        offset = key_len - query_len
-        q = torch.arange(query_len, device=device)[:, None] + offset
-        k = torch.arange(key_len, device=device)[None, :]
-        mask = (k <= q)[None, None]  # [1, 1, T, S]
-    if key_padding_mask is not None:
-        keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, S]
-        mask = keep if mask is None else mask & keep
-    return mask
+def explicit_wanted(impl: AttentionImpl, q: torch.Tensor) -> bool:
+    """:func:`explicit_for` the queries ``q``."""
+    return explicit_for(impl, q.device.type, q.dtype)
 
 
 class MultiheadAttention(nn.Module):
@@ -112,7 +80,8 @@ class MultiheadAttention(nn.Module):
     None: no rotation) rotary position embeddings in self-attention; ``qk_norm`` (default None)
     a norm of one head's width on queries and keys (QK-norm); ``qk`` (default None) a scheme's
     module on queries and keys after the rotation; ``scale`` (default None: 1/sqrt(head_dim))
-    the scores' scale.
+    the scores' scale; ``backend`` (default ``auto``) the SDPA kernels a GPU may use
+    (:func:`~normzoo.nn.sdpa_choice.sdpa_backends`).
     """
 
     def __init__(
@@ -131,6 +100,7 @@ class MultiheadAttention(nn.Module):
         qk_norm: Callable[[int], nn.Module] | None = None,
         qk: nn.Module | None = None,
         scale: float | None = None,
+        backend: AttentionBackend = "auto",
     ) -> None:
         super().__init__()
         kv_heads = heads if kv_heads is None else kv_heads
@@ -140,7 +110,9 @@ class MultiheadAttention(nn.Module):
             raise ValueError(f"kv_heads {kv_heads} does not divide heads {heads}")
         if impl not in ("auto", "sdpa", "explicit"):
             raise ValueError(f"impl {impl!r}: expected 'auto', 'sdpa' or 'explicit'")
-        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        if backend not in BACKEND_NAMES:
+            raise ValueError(f"backend {backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
+        self.dim, self.heads, self.head_dim, self.backend = dim, heads, dim // heads, backend
         self.kv_heads, self.kv_dim = kv_heads, kv_heads * (dim // heads)
         self.dropout, self.cross, self.fused, self.impl = dropout, cross, fused, impl
         kv_dim = self.kv_dim
@@ -228,6 +200,18 @@ class MultiheadAttention(nn.Module):
         groups = self.heads // self.kv_heads
         return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
+    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              dropout: float, case: AttentionCase, is_causal: bool = False) -> torch.Tensor:
+        """torch's SDPA; on a GPU within the kernels chosen for ``case``, tried in their order
+        (:func:`~normzoo.nn.sdpa_choice.sdpa_backends`); elsewhere as torch dispatches it."""
+        backends = sdpa_backends(case, q.device.type, q.dtype, self.head_dim, self.backend)
+        if backends is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                  is_causal=is_causal, scale=self.scale)
+        with sdpa_kernel(backends, set_priority=True):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                  is_causal=is_causal, scale=self.scale)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -235,13 +219,17 @@ class MultiheadAttention(nn.Module):
         *,
         key_padding_mask: torch.Tensor | None = None,
         causal: bool = False,
-        cache: LayerCache | None = None,
+        cache: LayerCache | StaticLayerCache | None = None,
     ) -> torch.Tensor:
         """Attend from ``x`` ``[B, T, dim]`` to itself, or to ``memory`` for cross-attention.
 
         ``key_padding_mask`` is bool ``[B, S]`` with True at padded keys (for self-attention
-        with a cache, S covers the cached positions too).
+        with a cache, S covers the cached positions too). With a cache
+        (:mod:`~normzoo.nn.kv_cache`) the step's keys and values join the cached ones; a static
+        cache in fixed-shape mode hands back its whole capacity with the mask of the positions
+        filled so far, which stands in for the causal mask.
         """
+        filled = None
         if self.cross:
             q = self._normed(self.q_norm, self._split(self.q_proj(x), self.heads))
             if cache is not None and cache.cross_k is not None:
@@ -255,30 +243,26 @@ class MultiheadAttention(nn.Module):
                 if self.qk is not None:
                     q, k = self.qk(q, k)
                 if cache is not None:
-                    cache.cross_k, cache.cross_v = k, v
+                    cache.keep_cross(k, v)
         else:
             q, k, v = self._project_self(x)
             q, k = self._normed(self.q_norm, q), self._normed(self.k_norm, k)
-            past = None if cache is None else cache.self_k
             if self.rotary is not None:  # new queries and keys sit after the cached ones
-                q, k = self.rotary(q, k, 0 if past is None else past.shape[2])
+                q, k = self.rotary(q, k, 0 if cache is None else cache.offset)
             if self.qk is not None:
                 q, k = self.qk(q, k)
-            if cache is not None:
-                if past is not None:
-                    k = torch.cat([past, k], dim=2)
-                    v = torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
+            if cache is not None:  # filled: a fixed-shape cache's mask, its causal one too
+                k, v, filled = cache.append(k, v)
         k, v = self._expand(k), self._expand(v)
-        is_causal = causal and not self.cross
+        is_causal = causal and not self.cross and filled is None
         query_len, key_len = q.shape[2], k.shape[2]
         dropout = self.dropout if self.training else 0.0
         explicit = explicit_wanted(self.impl, q)
         if is_causal and key_padding_mask is None and query_len == key_len and not explicit:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
-                                                 scale=self.scale)
+            out = self._sdpa(q, k, v, None, dropout, AttentionCase.CAUSAL, is_causal=True)
         else:
-            mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device)
+            mask = attention_mask(key_padding_mask, is_causal, query_len, key_len, q.device,
+                                  filled)
             # A query with no key to attend to (every key padded: an empty source sentence, or
             # a left pad of a prompt) gets 0, as torch>=2.5 gives; older torch returns NaN
             # there, and NaN at a pad reaches real tokens in the next layer (0 * NaN).
@@ -288,8 +272,9 @@ class MultiheadAttention(nn.Module):
             if explicit:
                 out = explicit_attention(q, k, v, mask, dropout, self.scale)
             else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                     scale=self.scale)
+                case = attention_case(cross=self.cross, causal=is_causal,
+                                      masked=mask is not None, query_len=query_len)
+                out = self._sdpa(q, k, v, mask, dropout, case)
             if empty is not None:
                 out = out.masked_fill(empty, 0.0)
         b, _, t, _ = out.shape

@@ -77,9 +77,12 @@ class Embeddings(nn.Module):
             return self.learned_positions.weight
         return self.sinusoids
 
-    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """``offset`` may be a one-element tensor on the device: a fixed-shape decoding step's
+        position (:class:`~normzoo.nn.kv_cache.StaticKVCache`), which is not read on the host,
+        so the caller has checked it against ``max_positions``."""
         length = tokens.shape[1]
-        if offset + length > self.max_positions:
+        if not isinstance(offset, torch.Tensor) and offset + length > self.max_positions:
             raise ValueError(
                 f"sequence of {offset + length} positions exceeds max_positions="
                 f"{self.max_positions}"
@@ -89,5 +92,7 @@ class Embeddings(nn.Module):
             x = x * self.scale
         table = self.position_table()
         if table is not None:
-            x = x + table[offset : offset + length].to(self.tokens.weight.dtype)
+            rows = (table.index_select(0, offset + torch.arange(length, device=offset.device))
+                    if isinstance(offset, torch.Tensor) else table[offset : offset + length])
+            x = x + rows.to(self.tokens.weight.dtype)
         return self.dropout(x)

@@ -60,6 +60,11 @@ class RotaryEmbedding(nn.Module):
         exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device)
         return 1.0 / (self.base ** (exponents / self.head_dim))
 
+    def angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """The rotation angles ``[len(positions), head_dim]`` (float32) of ``positions``."""
+        freqs = positions.float()[:, None] * self.inverse_frequencies(positions.device)[None, :]
+        return torch.cat((freqs, freqs), dim=-1)
+
     def cos_sin(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin ``[length, head_dim]`` (float32) of positions ``0 .. length-1``."""
         cached = self._cos
@@ -68,20 +73,28 @@ class RotaryEmbedding(nn.Module):
                  and not torch.is_inference_mode_enabled())
         if cached is None or stale or cached.shape[0] < length or cached.device != device:
             size = max(length, 2 * cached.shape[0] if cached is not None and not stale else 0)
-            positions = torch.arange(size, dtype=torch.float32, device=device)
-            freqs = positions[:, None] * self.inverse_frequencies(device)[None, :]
-            angles = torch.cat((freqs, freqs), dim=-1)
+            angles = self.angles(torch.arange(size, dtype=torch.float32, device=device))
             self._cos, self._sin = angles.cos(), angles.sin()
         return self._cos[:length], self._sin[:length]
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, offset: int = 0
+        self, q: torch.Tensor, k: torch.Tensor, offset: int | torch.Tensor = 0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``q`` and ``k`` (``[B, H, T, head_dim]``, the same T) rotated as positions
-        ``offset .. offset+T-1``; ``offset`` is the number of positions already cached."""
+        ``offset .. offset+T-1``; ``offset`` is the number of positions already cached.
+
+        A tensor ``offset`` is that number on the device (a fixed-shape step over a static
+        cache, replayed as a CUDA graph, must not read it on the host): the step's angles are
+        computed from it then, not looked up in the table, which a longer sequence replaces
+        under a captured step's feet.
+        """
         length = q.shape[-2]
-        cos, sin = self.cos_sin(offset + length, q.device)
-        cos, sin = cos[offset:], sin[offset:]
+        if isinstance(offset, torch.Tensor):
+            angles = self.angles(offset + torch.arange(length, device=q.device))
+            cos, sin = angles.cos(), angles.sin()
+        else:
+            cos, sin = self.cos_sin(offset + length, q.device)
+            cos, sin = cos[offset:], sin[offset:]
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
     def extra_repr(self) -> str:

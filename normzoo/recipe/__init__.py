@@ -7,19 +7,18 @@ typed :class:`Recipe` (:mod:`~normzoo.recipe.schema`) that every layer receives 
 """
 
 from normzoo.recipe.bases import merge, read_recipe
+from normzoo.recipe.data import DataConfig, TokenizerConfig
 from normzoo.recipe.loading import MODEL_LIMITS, from_dict, load
 from normzoo.recipe.overrides import apply_overrides, parse_override
 from normzoo.recipe.reading import read_yaml
 from normzoo.recipe.rules import FAMILY_OF_TASK
 from normzoo.recipe.schema import (
-    DataConfig,
     DiagnosticsConfig,
     EvalConfig,
     InitConfig,
     OptimConfig,
     Recipe,
     RunConfig,
-    TokenizerConfig,
     TrainerConfig,
 )
 

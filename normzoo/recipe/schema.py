@@ -18,6 +18,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from normzoo.errors import Problem
 from normzoo.models.config import ModelConfig
+from normzoo.recipe.data import DataConfig
 from normzoo.recipe.optim import OptimConfig, schedule_problems
 from normzoo.recipe.rules import section_problems
 from normzoo.recipe.section import Section
@@ -25,90 +26,6 @@ from normzoo.registry.options import rule_error
 
 Task = Literal["translation", "mlm", "causal_lm"]
 _Section = Section
-
-
-class TokenizerConfig(_Section):
-    """Subword tokenizer trained on the training split (cached by content hash), or, with
-    ``type: file``, an existing Hugging Face ``tokenizers`` JSON at ``path``, used as it is
-    (the training settings below are then not used). ``path`` is relative to the folder
-    ``normzoo`` runs in, as ``data.dir`` is.
-
-    Translation uses one joint source/target vocabulary, so embeddings can be shared.
-    """
-
-    type: Literal["bpe", "unigram", "file"] = "bpe"
-    path: str | None = Field(
-        default=None, description="type file: the tokenizer.json to use (one saved by "
-        "tokenizers, e.g. a run's own); it needs normzoo's special tokens at ids 0-4")
-    vocab_size: int = Field(default=8000, ge=64, le=2**24)
-    min_frequency: int = Field(default=2, ge=1)
-    lowercase: bool = False
-    sample_size: int | None = Field(
-        default=1_000_000, gt=0,
-        description="train on a seeded sample of this many training examples (null: all)")
-    sample_seed: int = Field(default=0, description="seed of that sample")
-
-    @model_validator(mode="after")
-    def _file_has_a_path(self) -> TokenizerConfig:
-        if self.type == "file" and not self.path:
-            raise rule_error(Problem("path", "required when type is 'file'"))
-        if self.type != "file" and self.path:  # a forgotten type: file would train a new one
-            raise rule_error(Problem("path", f"is read only with type: file (type is "
-                                     f"{self.type}, which trains a tokenizer)"))
-        return self
-
-
-class DataConfig(_Section):
-    """Where the text comes from and how it is batched.
-
-    * ``source: builtin`` — the toy corpus shipped with normzoo (no network, no files).
-    * ``source: files`` — line-aligned files ``{dir}/{split}.{lang}`` (translation) or
-      ``{dir}/{split}.txt`` (mlm / causal_lm).
-    * ``source: hub`` — a Hugging Face dataset ``path`` / ``name`` (network, or a local folder
-      in the hub's layout given as ``path``).
-    """
-
-    source: Literal["builtin", "files", "hub"] = "builtin"
-    dir: str | None = None
-    path: str | None = None
-    name: str | None = None
-    src_lang: str = "en"
-    tgt_lang: str = "xx"
-    train_split: str = "train"
-    valid_split: str = "valid"
-    test_split: str = "test"
-    text_field: str = "text"
-    max_tokens: int = Field(default=4096, gt=0, description="token budget of one batch")
-    max_len: int = Field(default=256, gt=1, description="longer examples are dropped")
-    train_limit: int | None = Field(default=None, gt=0, description="use the first N examples")
-    valid_limit: int | None = Field(
-        default=None, gt=0, description="use the first N examples of the validation and test splits"
-    )
-    mask_prob: float = Field(default=0.15, gt=0, lt=1, description="MLM: fraction masked")
-    num_workers: int = Field(default=0, ge=0)
-    streaming: bool = Field(
-        default=False,
-        description="hub corpora too large to prepare: stream and tokenize while training")
-    shuffle_buffer: int = Field(default=10_000, gt=0, description="streaming: shuffle buffer")
-    tokenizer: TokenizerConfig = TokenizerConfig()
-
-    @model_validator(mode="after")
-    def _source_fields(self) -> DataConfig:
-        problems = []
-        if self.source == "files" and not self.dir:
-            problems.append(Problem("dir", "required when source is 'files'"))
-        if self.source == "hub" and not self.path:
-            problems.append(Problem("path", "required when source is 'hub'"))
-        if self.streaming and self.source != "hub":
-            problems.append(Problem("streaming", "streams hub datasets only; prepare local "
-                                    "files with `normzoo prepare`"))
-        if self.max_len > self.max_tokens:
-            problems.append(Problem("max_len", f"{self.max_len} exceeds max_tokens="
-                                    f"{self.max_tokens}: the longest example would not fit a "
-                                    "batch"))
-        if problems:
-            raise rule_error(*problems)
-        return self
 
 
 LoggerName = Literal["csv", "tensorboard", "wandb", "mlflow"]
@@ -179,14 +96,6 @@ class TrainerConfig(_Section):
         default=False,
         description="torch.compile the model's forward: true (= 'default') or a mode "
         "(opt-in: compiling takes minutes and pays off only on long runs)",
-    )
-    # 1 by default: the compiled step takes every length in one dynamic graph, and padding
-    # to 16 cost a third more time on Multi30k (docs/benchmarks.md); for modes where each
-    # shape costs a graph of its own (CUDA graphs under reduce-overhead).
-    compile_pad_multiple: int = Field(
-        default=1, ge=1, le=1024,
-        description="with compile: pad each batch's lengths up to a multiple of this, so a run "
-        "sees a few shapes (padding is masked: the loss is unchanged); 1: no padding",
     )
 
     @field_validator("max_time")

@@ -219,7 +219,24 @@ def training_precision(recipe: Recipe, *, announce: bool = True) -> Recipe:
         update={"precision": "32-true"})})
 
 
+def batch_ladder(recipe: Recipe) -> Recipe:
+    """``recipe`` with ``data.buckets: auto`` resolved: a ladder of
+    :data:`~normzoo.data.shapes.DEFAULT_RUNGS` lengths where every new batch shape costs (a
+    CUDA device: cuDNN's per-shape plans, the allocator; ``trainer.compile``: a graph per
+    shape), none on a CPU in eager mode, where a shape costs nothing and padding only adds
+    work. The run's ``recipe.yaml`` records the resolved value, so a resume batches alike."""
+    data = recipe.data
+    if data.buckets != "auto":
+        return recipe
+    from normzoo.data.shapes import DEFAULT_RUNGS
+
+    device = training_device(recipe.trainer)
+    costly = recipe.trainer.compile or device not in ("cpu", "mps", None)
+    return recipe.model_copy(update={"data": data.model_copy(
+        update={"buckets": DEFAULT_RUNGS if costly else None})})
+
+
 def for_this_machine(recipe: Recipe, *, announce: bool = True) -> Recipe:
-    """``recipe`` as this machine trains it (:func:`training_precision`), or
-    :class:`ConfigError` with what the machine cannot hold or run (:func:`check_machine`)."""
-    return check_machine(training_precision(recipe, announce=announce))
+    """``recipe`` as this machine trains it (:func:`training_precision`, :func:`batch_ladder`),
+    or :class:`ConfigError` with what the machine cannot hold or run (:func:`check_machine`)."""
+    return check_machine(batch_ladder(training_precision(recipe, announce=announce)))

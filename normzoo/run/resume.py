@@ -19,7 +19,8 @@ not decide the result of a training step:
   directory, tracker names);
 * where its inputs are now: ``data.dir`` (a moved corpus; the run keeps the tokenizer of
   its checkpoint), ``data.tokenizer.path`` (a moved tokenizer file; likewise);
-* how the same computation runs: ``model.attention_impl`` (:data:`COMPUTE_ONLY`),
+* how the same computation runs: ``model.attention_impl``, ``attention_backend``
+  (:data:`COMPUTE_ONLY`),
   ``trainer.compile``, ``trainer.accelerator``, ``data.num_workers``;
 * how the final test is decoded: ``eval.beam``, ``lenpen``, ``max_len_a``, ``max_len_b``,
   ``valid_bleu_limit`` (:data:`DECODING`) and ``average_last``; but not while the run
@@ -94,7 +95,7 @@ def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path
 
 # Model keys that choose how the same function is computed, not which function or weights:
 # a run may resume with another value (e.g. the other attention kernel).
-COMPUTE_ONLY = frozenset({"attention_impl"})
+COMPUTE_ONLY = frozenset({"attention_impl", "attention_backend"})
 
 # What a resume may change, and why: the module's docstring.
 DECODING = frozenset({"eval.beam", "eval.lenpen", "eval.max_len_a", "eval.max_len_b",

@@ -25,6 +25,7 @@ import lightning as L
 import typer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from normzoo.data.shapes import ShapeCount, batch_shapes_line
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.diagnostics.callbacks import DivergenceError
 from normzoo.errors import RuntimeFailure
@@ -38,6 +39,7 @@ from normzoo.run.final_test import test_language_model, test_translation
 from normzoo.run.hardware import describe
 from normzoo.run.history import last_validation, metrics_path, resume_history
 from normzoo.run.init_weights import initial_weights
+from normzoo.run.kernels import kernel_line, kernel_record
 from normzoo.run.machine import for_this_machine
 from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
 from normzoo.run.resume import resume_command, starting_point
@@ -104,6 +106,7 @@ class TrainingRun:
         self.callbacks: RunCallbacks | None = None
         self.trainer: L.Trainer | None = None
         self.data: TextDataModule | None = None
+        self.shapes: ShapeCount | None = None  # one epoch's training batches, for the summary
         self.task: Any = None
 
     def setup(self) -> None:
@@ -128,6 +131,9 @@ class TrainingRun:
             self.recipe, start.tokenizer if start else self.init.tokenizer if self.init else "",
             saved=self.run_dir / "tokenizer.json" if self.rank > 0 else None,
             progress=self.rank == 0 and show_progress())
+        self.shapes = self.data.train_shapes(self.trainer.world_size)
+        if self.rank == 0:
+            typer.echo(f"data: {batch_shapes_line(self.data.ladder, self.shapes)}", err=True)
         tokenizer = self.data.tokenizer
         self.directory.start({"recipe.yaml": (self.recipe.to_yaml(), "recipe"),
                               "tokenizer.json": (tokenizer.to_str(), "tokenizer")},
@@ -200,14 +206,19 @@ class TrainingRun:
         """Write how the run ended to ``summary.json`` (atomically, by rank 0 alone) and return
         it; None on other ranks. Every ending has ``status``, ``recipe``, ``run_dir``,
         ``steps`` (``extra`` may give its own: a diverged run's step), ``train_wall_s``
-        (until :meth:`test` ended training, else until now), then ``extra`` and ``machine``."""
+        (until :meth:`test` ended training, else until now), then ``extra``, the
+        kernels (:func:`~normzoo.run.kernels.kernel_record`) and ``machine``."""
         trainer = self.trainer
         if not trainer.is_global_zero:
             return None
         summary = {"status": status, "recipe": str(self.recipe_path),
                    "run_dir": str(self.run_dir), "steps": trainer.global_step,
                    "train_wall_s": round((self.trained or time.perf_counter()) - self.started, 1)}
+        if self.shapes is not None:
+            summary |= {"train_batch_shapes": self.shapes.shapes,
+                        "train_padding": round(self.shapes.padding, 4)}
         summary |= extra
+        summary |= kernel_record(self.recipe, trainer.strategy.root_device.type)
         summary["machine"] = describe(trainer.strategy.root_device.type)
         self.directory.write("summary.json", json.dumps(summary, indent=2), "summary")
         return summary
@@ -240,6 +251,8 @@ class TrainingRun:
             size = sum(p.numel() for p in task.model.parameters())
             budget = recipe.data.max_tokens * recipe.trainer.accumulate * self.trainer.world_size
             typer.echo(header(size, budget, recipe.trainer.max_steps, self.run_dir), err=True)
+            if (device := self.trainer.strategy.root_device.type) == "cuda":
+                typer.echo(kernel_line(recipe, device), err=True)
         return task
 
     def _preempted(self) -> Preempted:

@@ -20,21 +20,25 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 import torch.distributed as dist
+from lightning.fabric.plugins.precision.amp import _optimizer_handles_unscaling
 from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import rank_zero_info
 
 from normzoo import __version__
 from normzoo.checkpoints import rng_state as rng
+from normzoo.data.shapes import ladder_rungs
 from normzoo.models import assemble
 from normzoo.nn.token_loss import LossTerms
 from normzoo.recipe import Recipe
-from normzoo.tasks.compiled import CompileCount, compile_step, pad_lengths
-from normzoo.tasks.optim import GROUP_NAMES, build_optimizer
-
-# Compiles a run may make without a word on stderr: training's graph, validation's, and a
-# batch of one sentence (TorchDynamo specialises a dimension of size 1).
-EXPECTED_COMPILES = 4
+from normzoo.tasks.compiled import (
+    CompileCount,
+    compile_step,
+    compiled_inputs,
+    recompiles_expected,
+)
+from normzoo.tasks.optim import GROUP_NAMES, adamw_impl, build_optimizer
 
 
 def sentences(batch: dict[str, Any]) -> int:
@@ -55,7 +59,7 @@ class NormzooTask(L.LightningModule):
     # plain cross-entropy, as BERT and GPT do.
     smooths_labels = False
     # The [batch, time] tensors the loss reads, and the value padding takes in each: what
-    # trainer.compile pads to a few lengths (compiled.pad_lengths).
+    # the compiled step is given (compiled.compiled_inputs).
     loss_inputs: ClassVar[dict[str, int]] = {}
 
     def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:
@@ -70,7 +74,7 @@ class NormzooTask(L.LightningModule):
         self._compiled: Callable[..., LossTerms] | None = None
         self._compiles: CompileCount | None = None
         if mode := self.recipe.trainer.compile:
-            self._compiled = compile_step(self.loss_terms, mode)
+            self._compiled = compile_step(self.loss_terms, mode, ladder_rungs(recipe.data))
             self._compiles = CompileCount()
         self.tokenizer_json = tokenizer_json
         # Training FLOPs per token, measured on this process's first batch (see flops_per_batch);
@@ -94,14 +98,11 @@ class NormzooTask(L.LightningModule):
 
     def step_terms(self, batch: dict[str, Any], smoothing: float = 0.0) -> LossTerms:
         """:meth:`loss_terms` as training and validation compute it: under ``trainer.compile``
-        through the compiled region, on the loss's inputs padded to a multiple of
-        ``trainer.compile_pad_multiple`` (the loss and its count unchanged:
-        :mod:`normzoo.tasks.compiled`); eager otherwise."""
+        through the compiled region, on the loss's tensors alone
+        (:func:`~normzoo.tasks.compiled.compiled_inputs`); eager otherwise."""
         if self._compiled is None:
             return self.loss_terms(batch, smoothing)
-        inputs = pad_lengths(batch, self.loss_inputs, self.recipe.trainer.compile_pad_multiple,
-                             self.recipe.model.max_positions)
-        return self._compiled(inputs, smoothing)
+        return self._compiled(compiled_inputs(batch, self.loss_inputs), smoothing)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Under ``trainer.compile``, log ``compile/compiles`` (TorchDynamo's compiles in this
@@ -112,9 +113,13 @@ class NormzooTask(L.LightningModule):
             return
         fresh, reasons = self._compiles.new_since()
         total = self._compiles.compiles
-        self.log("compile/compiles", float(total), on_step=True, on_epoch=False,
-                 batch_size=sentences(batch))
-        if fresh and total > EXPECTED_COMPILES and self.trainer.is_global_zero:
+        # Only at the steps whose metrics are written: logged, a host number is copied to the
+        # GPU, and that copy waits for the step's kernels.
+        if self.trainer._logger_connector.should_update_logs:
+            self.log("compile/compiles", float(total), on_step=True, on_epoch=False,
+                     batch_size=sentences(batch))
+        expected = recompiles_expected(ladder_rungs(self.recipe.data))
+        if fresh and total > expected and self.trainer.is_global_zero:
             why = "; ".join(line.strip() for line in reasons) or "TorchDynamo gave no reason"
             print(f"trainer.compile: compiled again at step {self.trainer.global_step} "
                   f"({total} compiles so far): {why}", file=sys.stderr)
@@ -229,11 +234,28 @@ class NormzooTask(L.LightningModule):
         """AdamW and its schedule, stepped per update. The scheduler is named ``train``: Lightning's
         LearningRateMonitor logs the rates under that name and the groups' names
         (:data:`~normzoo.tasks.optim.GROUP_NAMES`), ``train/lr`` and ``train/lr_no_decay``."""
+        # Lightning has moved the model to its device by now (Strategy.setup, then
+        # setup_optimizers), so its parameters say where the update runs.
+        device = next(self.model.parameters()).device.type
+        impl = adamw_impl(device, self.recipe.trainer.precision)
         optimizer, scheduler = build_optimizer(
-            self.model, self.recipe.optim, self.recipe.trainer.max_steps
-        )
+            self.model, self.recipe.optim, self.recipe.trainer.max_steps, impl)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "train"}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None) -> None:
+        """Lightning's clipping, except for a fused AdamW under ``bf16-mixed``: Lightning's
+        mixed-precision plugin refuses to clip for an optimizer that unscales its own gradients
+        even where no GradScaler scaled them, so the norm is clipped here as its plain
+        precision plugin clips it (:func:`~normzoo.tasks.optim.adamw_impl`)."""
+        plugin = self.trainer.precision_plugin
+        if (gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None
+                and _optimizer_handles_unscaling(optimizer)):
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val,
+                                     gradient_clip_algorithm or "norm")
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None) -> None:
         """One update, then the scheme's constraint on the updated weights

@@ -1,19 +1,19 @@
-"""``trainer.compile``'s step: the model and its loss as one compiled region, each batch's
-lengths padded up to a few shapes, and TorchDynamo's compiles counted.
+"""``trainer.compile``'s step: the model and its loss as one compiled region, and
+TorchDynamo's compiles counted.
 
-Token-budget batches come in every length (Multi30k: 8 to 59 tokens a side, 33 distinct
-source/target pairs in 200 batches). The step compiles with dynamic shapes, so that one graph
-takes them all. Two things compiled it again: the blocked cross-entropy's loop, whose trip count
-is the batch's token count (a new graph per batch; under compile the loss is
-``F.cross_entropy``, :func:`normzoo.nn.token_loss.token_terms`), and a guard on whether the
-padding mask's thread-local had been set yet (:mod:`normzoo.nn.padding`).
+Token-budget batches padded to their longest come in every length (Multi30k: 35 shapes an
+epoch at 2,048 tokens). ``trainer.compile`` turns on a ladder of lengths (``data.buckets: auto``
+resolves to 12 rungs: :mod:`normzoo.data.shapes`), so an epoch has about a dozen shapes, and
+the step compiles with static shapes, once per shape and mode; with ``data.buckets: null`` it
+compiles with dynamic shapes, so that one graph takes every length. Two things once compiled it
+again for every batch: the blocked cross-entropy's loop, whose trip count is the batch's token
+count (under compile the loss is ``F.cross_entropy``, :func:`normzoo.nn.token_loss.token_terms`),
+and a guard on whether the padding mask's thread-local had been set yet
+(:mod:`normzoo.nn.padding`).
 
-Padding the time dimension up to a multiple of ``trainer.compile_pad_multiple`` leaves a
-handful of shapes (4 at 16 on Multi30k), for modes where each shape costs a graph of its own.
-With dynamic shapes it only adds work (a third more time a step at 16 on Multi30k), so it is
-off by default. Padding is invisible: the models mask padded keys (``PAD`` tokens) in attention
-and in masked norms, every other layer works token by token, and the loss skips the padded
-labels, so a padded batch has the loss and the gradients of the unpadded one
+Padding is invisible: the models mask padded keys (``PAD`` tokens) in attention and in masked
+norms, every other layer works token by token, and the loss skips the padded labels, so a
+padded batch has the loss and the gradients of the unpadded one
 (``tests/test_compile_buckets.py``).
 
 Plain torch, no Lightning: the task calls it, and logs what :class:`CompileCount` reads.
@@ -21,33 +21,17 @@ Plain torch, no Lightning: the task calls it, and logs what :class:`CompileCount
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 
-def padded_length(length: int, multiple: int, cap: int) -> int:
-    """``length`` rounded up to a multiple of ``multiple``, but never past ``cap`` (the model's
-    ``max_positions``: a learned or sinusoidal table has no row beyond it), nor below
-    ``length``."""
-    return max(length, min(-(-length // multiple) * multiple, cap))
-
-
-def pad_lengths(batch: Mapping[str, Any], fill: Mapping[str, int], multiple: int,
-                cap: int) -> dict[str, torch.Tensor]:
-    """The ``[batch, time]`` tensors named in ``fill`` (name -> the value padding takes there:
-    ``PAD`` for tokens, the ignored label for labels), right-padded along time up to
-    :func:`padded_length`. Only these go into the compiled region: the host-side counts of a
-    batch (``ntokens``, an ``int``) would make TorchDynamo specialise on their value and compile
-    again for every batch."""
-    out = {}
-    for name, value in fill.items():
-        tensor = batch[name]
-        extra = padded_length(tensor.shape[1], multiple, cap) - tensor.shape[1]
-        out[name] = F.pad(tensor, (0, extra), value=value) if extra else tensor
-    return out
+def compiled_inputs(batch: Mapping[str, Any], names: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The tensors of ``batch`` that the loss reads (``names``), and nothing else: the
+    host-side counts of a batch (``ntokens``, an ``int``) would make TorchDynamo specialise on
+    their value and compile again for every batch."""
+    return {name: batch[name] for name in names}
 
 
 # What turns the traced graphs into code. The tests trace with "eager": TorchDynamo's guards,
@@ -55,15 +39,35 @@ def pad_lengths(batch: Mapping[str, Any], fill: Mapping[str, int], multiple: int
 BACKEND = "inductor"
 
 
-def compile_step(fn: Callable[..., Any], mode: bool | str) -> Callable[..., Any]:
-    """``fn`` (the task's loss on a batch) through ``torch.compile`` in ``mode``, with dynamic
-    shapes: the batch dimension changes with every token-budget batch and the padded lengths
-    with the bucket, and one graph that takes them all compiles once, where static shapes
-    compile once per shape and fall back to eager past TorchDynamo's recompile limit (8 per
-    function; a run with validation counts each training shape twice)."""
+def compile_step(fn: Callable[..., Any], mode: bool | str,
+                 shapes: int | None = None) -> Callable[..., Any]:
+    """``fn`` (the task's loss on a batch) through ``torch.compile`` in ``mode``.
+
+    With ``shapes`` (the batches come padded to a ladder of lengths, :mod:`normzoo.data.shapes`:
+    about that many shapes an epoch), static shapes: one graph per shape, each specialised
+    and free of the symbolic-shape guards and arithmetic of a dynamic graph (and what
+    ``reduce-overhead``'s CUDA graphs need), compiled once per shape for training and once
+    for validation; TorchDynamo's recompile limit (8 a function) is raised to hold them all,
+    so none falls back to eager. Without, dynamic shapes: the batch dimension and lengths
+    change with every token-budget batch, and one graph that takes them all compiles once."""
+    dynamic = shapes is None
+    if not dynamic:
+        import torch._dynamo.config as dynamo
+
+        # recompile_limit since torch 2.7; cache_size_limit before (an alias of it since)
+        name = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
+        setattr(dynamo, name, max(getattr(dynamo, name), recompiles_expected(shapes) + 8))
     if BACKEND != "inductor":  # the modes are inductor's
-        return torch.compile(fn, backend=BACKEND, dynamic=True)
-    return torch.compile(fn, mode="default" if mode is True else mode, dynamic=True)
+        return torch.compile(fn, backend=BACKEND, dynamic=dynamic)
+    return torch.compile(fn, mode="default" if mode is True else mode, dynamic=dynamic)
+
+
+def recompiles_expected(shapes: int | None) -> int:
+    """Compiles a run makes without a word on stderr: with static ``shapes``, each shape's
+    training and validation graph plus an epoch's last batch of each split; with dynamic
+    shapes, training's graph, validation's, and a batch of one sentence (TorchDynamo
+    specialises a dimension of size 1)."""
+    return 4 if shapes is None else 2 * (shapes + 2)
 
 
 class CompileCount:

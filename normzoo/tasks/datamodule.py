@@ -19,6 +19,7 @@ from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
 from normzoo.data.cache import Prepared
 from normzoo.data.examples import BlockData, ParallelData, SentenceData
 from normzoo.data.prepare import open_prepared, prepare
+from normzoo.data.shapes import LengthLadder, ShapeCount, ladder_for
 from normzoo.data.sources import DataError
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.recipe import Recipe
@@ -46,6 +47,7 @@ class TextDataModule(L.LightningDataModule):
         self.references: dict[str, list[str]] = {}
         # A streamed training split is read while training; only the others are prepared.
         self.roles = ("valid", "test") if recipe.data.streaming else ("train", "valid", "test")
+        self._ladder: tuple[LengthLadder | None] | None = None  # worked out once, when asked
 
     def prepare_data(self) -> None:
         """Build (or check and open) the cache; runs once per node, before ``setup``."""
@@ -99,22 +101,54 @@ class TextDataModule(L.LightningDataModule):
             for role in self.roles:
                 self.dataset(role)
 
+    @property
+    def ladder(self) -> LengthLadder | None:
+        """The lengths every batch is padded up to (``data.buckets``; :mod:`normzoo.data.shapes`):
+        fitted to the training split, or spread up to ``max_len`` for a streamed one; None
+        pads each batch to its longest (also for an unresolved ``auto``, which only a run
+        resolves, for its machine: :func:`normzoo.run.machine.batch_ladder`)."""
+        if self._ladder is None:
+            self._ladder = (ladder_for(self.recipe.data, None if self.recipe.data.streaming
+                                       else self.dataset("train").lengths()),)
+        return self._ladder[0]
+
+    def train_shapes(self, world_size: int = 1) -> ShapeCount | None:
+        """The shapes and padding of one epoch of the training split's global batches over
+        ``world_size`` processes (the first epoch's; with a ladder every epoch has the same
+        shapes), or None for a streamed split."""
+        if self.recipe.data.streaming:
+            return None
+        dataset = self.dataset("train")
+        sampler = TokenBudgetSampler(dataset.lengths(), self.recipe.data.max_tokens,
+                                     seed=self.recipe.seed, world_size=world_size,
+                                     ladder=self.ladder)
+        return sampler.shapes(dataset.sides())
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
     def _loader(self, role: str) -> DataLoader:
         dataset, training = self.dataset(role), role == "train"
-        trainer = self.trainer
-        rank = trainer.global_rank if trainer is not None else 0
-        world = trainer.world_size if trainer is not None else 1
+        rank, world = self._world()
         sampler = TokenBudgetSampler(
             dataset.lengths(), self.recipe.data.max_tokens, seed=self.recipe.seed,
-            shuffle=training, rank=rank, world_size=world,
+            shuffle=training, rank=rank, world_size=world, ladder=self.ladder,
         )
+        # Page-locked host memory where batches go to a GPU: Lightning copies them with
+        # non_blocking=True, which overlaps the copy with the step only from pinned memory.
+        pin = self._on_cuda()
         if training:  # knows its position in the epoch, for exact resume
             return ResumableLoader(dataset, sampler, collate_fn=dataset.collate,
-                                   num_workers=self.recipe.data.num_workers)
+                                   num_workers=self.recipe.data.num_workers, pin_memory=pin)
         # A generator of its own: validating must not draw from the global RNG either.
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=dataset.collate,
-                          num_workers=self.recipe.data.num_workers,
+                          num_workers=self.recipe.data.num_workers, pin_memory=pin,
                           generator=torch.Generator().manual_seed(self.recipe.seed))
+
+    def _on_cuda(self) -> bool:
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def train_dataloader(self) -> DataLoader:
         if self.recipe.data.streaming:
@@ -133,13 +167,15 @@ class TextDataModule(L.LightningDataModule):
             max_len=data.max_len, max_tokens=data.max_tokens, seed=recipe.seed,
             buffer_size=data.shuffle_buffer, text_field=data.text_field,
             rank=trainer.global_rank if trainer is not None else 0,
-            world_size=trainer.world_size if trainer is not None else 1)
+            world_size=trainer.world_size if trainer is not None else 1, ladder=self.ladder)
         if recipe.task == "causal_lm":
             collate = collate_blocks
         else:
             vocab, prob = self.tokenizer.vocab_size, data.mask_prob
-            collate = lambda rows: mask_tokens(pad(rows), vocab, prob, None)  # noqa: E731
-        return StreamingLoader(batches, collate, num_workers=data.num_workers)
+            collate = lambda rows, length: mask_tokens(  # noqa: E731
+                pad(rows, length=length), vocab, prob, None)
+        return StreamingLoader(batches, collate, num_workers=data.num_workers,
+                               pin_memory=self._on_cuda())
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid")

@@ -5,12 +5,14 @@
 * :class:`KeptOpenTensorBoardLogger` keeps one event file from the first step to the end;
 * :class:`FlushLogsOnCheckpoint` writes the loggers' buffered rows with every checkpoint;
 * :class:`StepLearningRate` and :class:`TrainingThroughput` log once per optimizer step and
-  the training throughput only.
+  the training throughput only; the throughput waits for the GPU only where a logged figure
+  reads the clock.
 """
 
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor, Throughpu
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities import rank_zero_only
 
 from normzoo.io.atomic import atomic_write_text
 from normzoo.run.hardware import peak_bf16_flops
@@ -137,18 +140,80 @@ class StepLearningRate(LearningRateMonitor):
             super().on_train_batch_start(trainer, *args, **kwargs)
 
 
+def on_gpu(trainer: Any) -> bool:
+    """Whether the run's device is a GPU, whose queued kernels the clock does not see."""
+    return trainer.strategy.root_device.type == "cuda"
+
+
+def clock_read(trainer: Any) -> bool:
+    """Whether a logged throughput figure reads the time at the end of the training batch that
+    just ended: a batch of a step whose metrics are written (``train/time``, and the end of the
+    rate's two-batch window), or the last batch of the step before it (the window's start)."""
+    if trainer._logger_connector.should_update_logs:
+        return True
+    stepped = trainer.fit_loop.epoch_loop._batches_that_stepped  # steps before this one
+    every = max(trainer.log_every_n_steps, 1)
+    return not trainer.fit_loop._should_accumulate() and (stepped + 2) % every == 0
+
+
 class TrainingThroughput(ThroughputMonitor):
-    """Lightning's ThroughputMonitor, logging the training throughput only.
+    """Lightning's ThroughputMonitor, logging the training throughput only, and waiting for the
+    GPU only at the batches whose time a logged figure reads.
 
     It still times validation, to leave it out of the training time, but does not log it:
     Lightning would log validation throughput with the count of validation batches as the
     step, rows out of step with the training steps in ``metrics.csv`` and the other logs.
+
+    Lightning synchronises the GPU at the end of every batch, so that its clock counts the
+    batch's kernels: every step's kernels then had to finish before the host queued the next
+    step's. Here only the batches :func:`clock_read` names are synchronised (two per
+    ``trainer.log_every_steps``, or one more per accumulated batch), which are all that the
+    logged figures read; and once before each validation, whose time is left out of
+    training's, so that kernels training queued still count as training.
     """
 
     def __init__(self) -> None:
         # A window of two updates: each logged rate is the last batch's tokens (examples,
         # FLOPs) over the time since the batch before it ended, its data loading included.
         super().__init__(batch_size_fn=sentences, length_fn=tokens, window_size=2)
+        self._unsynchronised: float | None = None  # the last training batch's time, if unsynced
+        self._drained = 0.0  # training's kernels finished after validation's clock started
+
+    @torch.inference_mode()
+    def _update(self, trainer: Any, pl_module: Any, batch: Any, iter_num: int) -> None:
+        """Lightning's (2.6) update, with its ``torch.cuda.synchronize()`` on every batch kept
+        for the batches whose time is read (:func:`clock_read`) and for validation's."""
+        stage = trainer.state.stage
+        training = stage == RunningStage.TRAINING
+        synchronise = on_gpu(trainer) and (not training or clock_read(trainer))
+        if synchronise:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - self._t0s[stage]
+        if training:
+            self._unsynchronised = None if synchronise or not on_gpu(trainer) else elapsed
+        self._lengths[stage] += self.length_fn(batch)
+        self._samples[stage] += self.batch_size_fn(batch)
+        self._batches[stage] += 1
+        self._throughputs[stage].update(
+            time=elapsed, batches=self._batches[stage], samples=self._samples[stage],
+            lengths=self._lengths[stage], flops=pl_module.flops_per_batch)
+
+    @rank_zero_only
+    def on_validation_start(self, trainer: Any, *args: Any) -> None:
+        if self._unsynchronised is not None and not trainer.sanity_checking:
+            torch.cuda.synchronize()
+            finished = time.perf_counter() - self._t0s[RunningStage.TRAINING]
+            self._drained = max(finished - self._unsynchronised, 0.0)
+            self._unsynchronised = None
+        super().on_validation_start(trainer, *args)
+
+    @rank_zero_only
+    def on_validation_end(self, trainer: Any, *args: Any) -> None:
+        super().on_validation_end(trainer, *args)
+        if self._drained:  # Lightning left out of training the time from its last batch's end;
+            # the GPU was still running training's kernels for the first `drained` s of it.
+            self._t0s[RunningStage.TRAINING] -= self._drained
+            self._drained = 0.0
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         """For a bf16 run on a GPU, normzoo's dense bf16 peak (the one
