@@ -188,10 +188,17 @@ def test_buckets_auto_resolves_for_the_machine_and_stays_as_written_otherwise():
     cpu = from_dict(tiny())
     assert cpu.data.buckets == "auto"
     assert batch_ladder(cpu).data.buckets is None  # a CPU in eager mode: no shape costs
-    compiled = from_dict(tiny(trainer={"compile": True}))
-    assert batch_ladder(compiled).data.buckets == 12
+    # Compiled on a CPU: one dynamic graph, not a static graph per shape.
+    assert batch_ladder(from_dict(tiny(trainer={"compile": True}))).data.buckets is None
     for written in (5, [8, 16, 64], None):
         assert batch_ladder(from_dict(tiny(data={"buckets": written}))).data.buckets == written
+
+
+def test_buckets_auto_is_a_ladder_on_a_cuda_device(monkeypatch):
+    from normzoo.run import machine
+
+    monkeypatch.setattr(machine, "training_device", lambda trainer: object())  # CUDA's props
+    assert batch_ladder(from_dict(tiny(trainer={"accelerator": "auto"}))).data.buckets == 12
 
 
 @pytest.mark.parametrize("value, says", [(0, "at least one rung"), ([16, 8], "ascending"),

@@ -83,7 +83,7 @@ class DataConfig(Section):
         default="auto",
         description="batch lengths padded up to a ladder: N rungs fitted to the training "
                     "split, a list of lengths, or null (each batch to its longest); auto: "
-                    "12 rungs where shapes cost (a GPU, or trainer.compile), null elsewhere")
+                    "12 rungs on a CUDA device, where shapes cost, null on a CPU")
     tokenizer: TokenizerConfig = TokenizerConfig()
 
     @field_validator("buckets", mode="before")

@@ -2,13 +2,18 @@
 TorchDynamo's compiles counted.
 
 Token-budget batches padded to their longest come in every length (Multi30k: 35 shapes an
-epoch at 2,048 tokens). ``trainer.compile`` turns on a ladder of lengths (``data.buckets: auto``
-resolves to 12 rungs: :mod:`normzoo.data.shapes`), so an epoch has about a dozen shapes, and
-the step compiles with static shapes, once per shape and mode; with ``data.buckets: null`` it
-compiles with dynamic shapes, so that one graph takes every length. Two things once compiled it
-again for every batch: the blocked cross-entropy's loop, whose trip count is the batch's token
-count (under compile the loss is ``F.cross_entropy``, :func:`normzoo.nn.token_loss.token_terms`),
-and a guard on whether the padding mask's thread-local had been set yet
+epoch at 2,048 tokens). On a ladder of lengths (``data.buckets``, 12 rungs by default on a CUDA
+device: :mod:`normzoo.data.shapes`) an epoch has about a dozen shapes, and the step compiles
+with static shapes, once per shape and mode (CUDA graphs under ``reduce-overhead`` need them);
+without one (``data.buckets: null``, the default on a CPU) it compiles with dynamic shapes, so
+that one graph takes every length. On a CPU the dynamic graph pays better: on the ladder a
+400-step run of the depth study's model compiled 15 static graphs and took 34 minutes on one
+thread, against 8 minutes and 2 compiles dynamic (``benchmarks/batch_shapes.py --compile``).
+
+Two things once compiled it again for every batch: the blocked cross-entropy's loop, whose
+trip count is the batch's token count (under compile the loss is ``F.cross_entropy``,
+:func:`normzoo.nn.token_loss.token_terms`), and a guard on whether the padding mask's
+thread-local had been set yet
 (:mod:`normzoo.nn.padding`).
 
 Padding is invisible: the models mask padded keys (``PAD`` tokens) in attention and in masked
