@@ -225,9 +225,10 @@ def batch_ladder(recipe: Recipe) -> Recipe:
     batch shape costs (cuDNN's per-shape plans, the caching allocator, a compiled step's graph
     per shape); none on a CPU, where a shape costs nothing in eager mode and padding only adds
     work, and where ``trainer.compile`` pays best with one dynamic graph: on the ladder a
-    400-step run of the depth study's model compiled 15 static graphs and took 34 minutes on
-    one thread, against 8 minutes dynamic (``benchmarks/batch_shapes.py --compile``). The
-    run's ``recipe.yaml`` records the resolved value, so a resume batches alike."""
+    400-step run of the depth study's model compiled 15 static graphs, 2,023 s from a cold
+    inductor cache against 488 s dynamic, for no faster a step
+    (``benchmarks/batch_shapes.py --compile``). The run's ``recipe.yaml`` records the
+    resolved value, so a resume batches alike."""
     data = recipe.data
     if data.buckets != "auto":
         return recipe

@@ -7,8 +7,9 @@ device: :mod:`normzoo.data.shapes`) an epoch has about a dozen shapes, and the s
 with static shapes, once per shape and mode (CUDA graphs under ``reduce-overhead`` need them);
 without one (``data.buckets: null``, the default on a CPU) it compiles with dynamic shapes, so
 that one graph takes every length. On a CPU the dynamic graph pays better: on the ladder a
-400-step run of the depth study's model compiled 15 static graphs and took 34 minutes on one
-thread, against 8 minutes and 2 compiles dynamic (``benchmarks/batch_shapes.py --compile``).
+400-step run of the depth study's model compiled 15 static graphs, 2,023 s from a cold
+inductor cache against 488 s and 2 compiles dynamic, for no faster a step
+(``benchmarks/batch_shapes.py --compile``).
 
 Two things once compiled it again for every batch: the blocked cross-entropy's loop, whose
 trip count is the batch's token count (under compile the loss is ``F.cross_entropy``,
