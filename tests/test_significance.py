@@ -15,6 +15,8 @@ from normzoo.sweep.significance import (
     NOT_SHOWN,
     SHOWN,
     judge,
+    paired_t_p,
+    seed_interval,
     welch_p,
 )
 
@@ -60,8 +62,51 @@ def test_the_verdict_needs_both_tests_three_seeds_and_one_precision():
     assert mixed.label == NOT_SHOWN and "different precisions" in mixed.reason
     # Failing runs all scoring 0.00 against training ones: no spread, certainly different.
     assert welch_p([0.0, 0.0, 0.0], [30.0, 31.0, 32.0]) < 1e-3
-    assert welch_p([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]) == 1.0
     assert welch_p([1.0], [2.0, 3.0]) is None
+
+
+def test_no_spread_on_either_side_is_no_variance_to_test_never_p_0():
+    """Three copies of one run against three of another (the issue's attack) gave Welch p = 0
+    and *shown* for 1.21 BLEU of seed noise: a t-test has no spread to divide by, so there is
+    nothing to test, whatever the bootstrap says."""
+    copies = judge([35.44] * 3, [34.23] * 3, bootstrap_p=0.001)
+    assert copies.label == NOT_SHOWN and "no variance to test" in copies.reason
+    assert welch_p([35.44] * 3, [34.23] * 3) is None
+    assert welch_p([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]) is None
+    assert paired_t_p([30.0, 31.0, 32.0], [31.0, 32.0, 33.0]) is None  # one shift, no spread
+    lm = judge([4.03] * 3, [4.0298] * 3, None, sentence_test=False)
+    assert lm.label == NOT_SHOWN and "no variance to test" in lm.reason
+
+
+def test_runs_on_more_than_one_device_kind_are_at_most_indicated():
+    low, high = [30.1, 30.4, 29.8], [33.0, 33.5, 32.8]
+    one_kind = judge(low, high, 0.001, devices=["cuda"] * 6)
+    assert one_kind.label == SHOWN
+    mixed = judge(low, high, 0.001, devices=["cuda", "cpu", "cpu", "cuda", "cuda", "cuda"])
+    assert mixed.label == INDICATED and "different device kinds (cpu, cuda)" in mixed.reason
+    assert judge([30.0, 30.2, 29.9], [30.1, 29.8, 30.3], 0.6,
+                 devices=["cpu", "cuda"]).label == NOT_SHOWN
+
+
+def test_a_not_shown_difference_carries_the_interval_the_seeds_leave_open():
+    # The study's Post-LN against Pre-LN 6+6 (p = 0.99) is "not shown", not "no difference":
+    # the seeds leave about ± 1.35 BLEU open either way.
+    bleu = _ceiling_bleu()
+    pre, post = ([bleu[(scheme, s)] for s in "123"] for scheme in ("pre", "post"))
+    low, high = seed_interval(pre, post, paired=False)
+    assert low == pytest.approx(-1.337, abs=0.01) and high == pytest.approx(1.344, abs=0.01)
+    assert seed_interval(pre, post, paired=True) is not None
+    assert seed_interval([35.44] * 3, [34.23] * 3, paired=False) is None
+
+
+def test_the_paired_t_test_is_used_for_a_paired_design():
+    # Each seed moves both settings alike, the setting adds a steady +0.3: Welch sees the
+    # seeds' spread and finds nothing, the paired test sees the steady shift.
+    base, other = [30.0, 32.0, 34.0], [30.3, 32.2, 34.4]
+    assert welch_p(base, other) > 0.5 and paired_t_p(base, other) < 0.05
+    paired = judge(base, other, 0.001, paired=True)
+    assert paired.label == SHOWN and "paired t p = " in paired.reason
+    assert judge(base, other, 0.001).label == INDICATED
 
 
 def _ceiling_bleu() -> dict[tuple[str, str], float]:

@@ -15,6 +15,7 @@ import yaml
 from tiny import tiny
 
 from normzoo.sweep import launch
+from normzoo.sweep.bootstrap import NAME as HIERARCHICAL
 from normzoo.sweep.cell_job import CellJob
 from normzoo.sweep.local import GpuShare, _StopSignals, threads_per_job
 from normzoo.sweep.slurm import Slurm
@@ -618,14 +619,17 @@ def test_compare_says_which_run_scores_higher_and_what_pooled_seeds_test(tmp_pat
     assert "one run a side" in one and "Welch's t-test needs two runs a side" in one
     # One seed a side is never shown: the bootstrap cannot see what another seed would give.
     assert up["verdict"] != "shown" and "one seed a side" in up["reason"]
-    poor_hyps = [" ".join(r.split()[:-1]) for r in refs]
-    poor2 = _translation_run(tmp_path / "poor2", poor_hyps, seed=2)
-    good2 = _translation_run(tmp_path / "good2", refs, seed=2)
+    # Another seed translates otherwise (a copy of a run is refused: not another seed's work).
+    poor2 = _translation_run(tmp_path / "poor2", [" ".join(r.split()[1:]) for r in refs], seed=2)
+    good2 = _translation_run(tmp_path / "good2", [refs[0] + " x", *refs[1:]], seed=2)
     pooled = compare_runs([poor, poor2], [good, good2])
-    assert pooled["sentences"] == 8
+    assert pooled["sentences"] == 8 and pooled["sentence_test"] == HIERARCHICAL
     text = format_comparison(pooled)
-    assert "2 runs a side pooled" in text and "seeds: Welch's t-test on the runs' BLEU" in text
+    assert f"sentences: {HIERARCHICAL} over 2 runs a side paired seed with seed" in text
+    assert "seeds: paired t-test (the same seeds on both sides) on the runs' BLEU" in text
     assert pooled["verdict"] != "shown" and "2 seeds a side" in pooled["reason"]
+    unpaired = format_comparison(compare_runs([poor, poor2], [good]))
+    assert "seeds: Welch's t-test needs two runs a side" in unpaired
 
 
 def test_compare_refuses_one_seed_counted_twice_on_a_side(tmp_path: Path, monkeypatch):
@@ -662,10 +666,12 @@ def test_compare_notes_runs_of_a_side_that_differ_in_more_than_their_seed(tmp_pa
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()
     poor = [" ".join(r.split()[:-1]) for r in refs]
-    base = [_translation_run(tmp_path / f"base{seed}", poor, seed=seed,
-                             data={"dir": str(tmp_path / f"data{seed}")}) for seed in (1, 2)]
+    base = [_translation_run(tmp_path / f"base{seed}", [poor[0] + " x" * (seed - 1), *poor[1:]],
+                             seed=seed, data={"dir": str(tmp_path / f"data{seed}")})
+            for seed in (1, 2)]
     other = [_translation_run(tmp_path / "sys1", refs, seed=1),
-             _translation_run(tmp_path / "sys2", refs, seed=2, eval={"beam": 3},
+             _translation_run(tmp_path / "sys2", [refs[0] + " x", *refs[1:]], seed=2,
+                              eval={"beam": 3},
                               model={"residual": "post"})]
     result = compare_runs(base, other)
     assert result["baseline_differences"] == {}

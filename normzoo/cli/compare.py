@@ -1,7 +1,8 @@
 """``normzoo compare``: whether one setting's test BLEU beats another's beyond chance, over the
-seeds (Welch's t-test on the runs' BLEU) and over the sentences (sacreBLEU's paired bootstrap
-resampling, as ``sacrebleu --paired-bs``); for language models, whether its test loss is lower
-over the seeds (:mod:`normzoo.sweep.lm_comparison`).
+seeds (a t-test on the runs' BLEU: paired where both sides ran the same seeds, else Welch's) and
+over the sentences (a hierarchical paired bootstrap: seeds, then sentences; on one run a side,
+``sacrebleu --paired-bs``); for language models, whether its test loss is lower over the seeds
+(:mod:`normzoo.sweep.lm_comparison`).
 
 sacreBLEU loads inside the command, never at import.
 """
@@ -22,7 +23,8 @@ def compare(
                                         "three or more to show a difference)."),
     system: list[Path] = typer.Option(..., "--system", "-s", metavar="RUN_DIR",
                                       help="A run of the setting compared with it (repeat: "
-                                      "one per seed; paired with the baselines in order)."),
+                                      "one per seed; paired with the baselines seed with "
+                                      "seed where the seeds match, else in order)."),
     data_dir: Path = typer.Option(None, metavar="DIR",
                                   help="Where the recipes' data files are now."),
     samples: int = typer.Option(1000, min=10, metavar="N",
@@ -31,11 +33,12 @@ def compare(
 ) -> None:
     """Compare the SYSTEM runs with the BASELINE runs (one per seed) on their test scores.
 
-    Says which setting scores higher, and whether that is shown. Translation: Welch's t-test on
-    the runs' BLEU (the seeds' noise) and the paired bootstrap of their pooled translations (the
-    test set's noise) both below 0.05. Language models: Welch's t-test on the runs' test loss
-    below 0.05. Either with three runs a side or more and one precision; otherwise a difference
-    is at most indicated."""
+    Says which setting scores higher, and whether that is shown. Translation: a t-test on the
+    runs' BLEU (the seeds' noise; paired when both sides ran the same seeds, else Welch's) and
+    the hierarchical bootstrap of their translations (seeds, then sentences) both below 0.05.
+    Language models: the t-test on the runs' test loss below 0.05. Either with three runs a
+    side or more, one precision and one device kind; otherwise a difference is at most
+    indicated. Runs of a side with identical translations (or test losses) are refused."""
     from normzoo.sweep.compare import compare_runs, format_comparison, run_task, to_json
 
     if run_task([*baseline, *system]) == "translation":

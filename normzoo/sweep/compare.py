@@ -2,12 +2,14 @@
 several (one per seed), from the test translations the runs wrote (``hyps.<split>.txt``).
 
 Two tests, both needed before a difference counts as shown
-(:mod:`normzoo.sweep.significance`): Welch's t-test on the runs' BLEU (the seeds' noise) and
-sacreBLEU's paired bootstrap of their pooled translations (the test set's noise; runs paired in
-the order given, seed 1 with seed 1, ...). With fewer than three runs a side a difference is at
-most *indicated*; runs trained in different precisions are never compared as shown.
+(:mod:`normzoo.sweep.significance`): a t-test on the runs' BLEU (the seeds' noise; paired where
+both sides ran the same seeds, else Welch's) and the hierarchical bootstrap of their
+translations (the test set's noise and the seeds', :mod:`normzoo.sweep.bootstrap`). A side's
+runs must be distinct work (no two with the same translations). With fewer than three runs a
+side, or runs on more than one device kind, a difference is at most *indicated*; runs trained
+in different precisions are never compared as shown.
 
-sacreBLEU's p-value is two-sided: the chance, were the two equally good, of a difference in
+The bootstrap's p-value is two-sided: the chance, were the two equally good, of a difference in
 BLEU at least this large in either direction. Which one is better is the sign of the
 difference, which the report states in words beside it.
 """
@@ -74,18 +76,22 @@ def read_hypotheses(path: Path) -> list[str]:
 def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | None = None,
                  samples: int = 1000) -> dict[str, Any]:
     """Compare ``systems`` with ``baselines`` (one run per seed a side, any number): each run's
-    BLEU and precision, Welch's t-test over the runs, the paired bootstrap of the pooled
-    translations of the first ``min(len)`` runs of each side paired in order, and the verdict.
+    BLEU, precision and device kind, the seeds' test (the paired t-test where both sides ran
+    the same seeds, else Welch's), the hierarchical bootstrap of the first ``min(len)`` runs of
+    each side paired (seed with seed where the seeds match, else in order), and the verdict.
     References come from the baselines' recipe data (``data_dir`` re-points a ``files``
     corpus)."""
-    from normzoo.inference.scoring import paired_bootstrap, score
-    from normzoo.sweep.significance import judge, welch_p
+    from normzoo.inference.scoring import score
+    from normzoo.sweep.bootstrap import hierarchical_bootstrap
+    from normzoo.sweep.significance import judge, same_seeds, seed_order, seed_test, welch_p
 
     if not baselines or not systems:
         raise CompareError("give at least one baseline and one system run")
     runs = {"baseline": [_run(d) for d in baselines], "system": [_run(d) for d in systems]}
+    seeds = {side: [recipe.get("seed") for _, _, recipe in found] for side, found in runs.items()}
     for side, dirs in (("baseline", baselines), ("system", systems)):
-        refuse_repeats(side, dirs, [recipe.get("seed") for _, _, recipe in runs[side]])
+        refuse_repeats(side, dirs, seeds[side])
+        refuse_copies(side, dirs, [hyps for hyps, _, _ in runs[side]], "test translations")
     split, first = runs["baseline"][0][1], runs["baseline"][0][2]
     references = _references(first, split, data_dir)
     for side, dirs in (("baseline", baselines), ("system", systems)):
@@ -94,28 +100,64 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
                 raise CompareError(f"{run_dir} translated {run_split} ({len(hyps)} lines) and "
                                    f"{baselines[0]} {split} ({len(references)} references): "
                                    "not the same test set")
+    paired = same_seeds(seeds["baseline"], seeds["system"])
+    dirs = {"baseline": baselines, "system": systems}
+    if paired:  # seed with seed, in the seeds' order, for both tests
+        order = {side: seed_order(seeds[side]) for side in runs}
+        runs = {side: [runs[side][i] for i in order[side]] for side in runs}
+        dirs = {side: [dirs[side][i] for i in order[side]] for side in runs}
     bleu = {side: [round(score(h, references).bleu, 2) for h, _, _ in found]
             for side, found in runs.items()}
     precision = {side: [_precision(recipe) for _, _, recipe in found]
                  for side, found in runs.items()}
+    device = {side: [run_device(d) for d in side_dirs] for side, side_dirs in dirs.items()}
     differences = {side: setting_differences([recipe for _, _, recipe in found])
                    for side, found in runs.items()}
     pairs = min(len(baselines), len(systems))
-    base_hyps = [h for hyps, _, _ in runs["baseline"][:pairs] for h in hyps]
-    sys_hyps = [h for hyps, _, _ in runs["system"][:pairs] for h in hyps]
+    base_hyps = [hyps for hyps, _, _ in runs["baseline"][:pairs]]
+    sys_hyps = [hyps for hyps, _, _ in runs["system"][:pairs]]
     identical = base_hyps == sys_hyps
-    pooled = paired_bootstrap(base_hyps, sys_hyps, references * pairs, samples=samples)
-    verdict = judge(bleu["baseline"], bleu["system"], None if identical else pooled.p_value,
-                    [p for side in precision.values() for p in side if p])
-    return {"baselines": [str(p) for p in baselines], "systems": [str(p) for p in systems],
+    sentences = hierarchical_bootstrap(base_hyps, sys_hyps, references, samples=samples)
+    verdict = judge(bleu["baseline"], bleu["system"], None if identical else sentences.p_value,
+                    [p for side in precision.values() for p in side if p],
+                    devices=[d for side in device.values() for d in side if d], paired=paired,
+                    sentence_name="hierarchical bootstrap")
+    return {"baselines": [str(p) for p in dirs["baseline"]],
+            "systems": [str(p) for p in dirs["system"]],
             "baseline_seed_bleu": bleu["baseline"], "system_seed_bleu": bleu["system"],
             "baseline_precision": precision["baseline"],
             "system_precision": precision["system"],
+            "baseline_device": device["baseline"], "system_device": device["system"],
+            **seed_test(bleu["baseline"], bleu["system"], paired),
             "welch_p": welch_p(bleu["baseline"], bleu["system"]),
             "baseline_differences": differences["baseline"],
             "system_differences": differences["system"],
             "pairs": pairs, "sentences": len(references) * pairs, "identical": identical,
-            **pooled.as_dict(), "verdict": verdict.label, "reason": verdict.reason}
+            **sentences.as_dict(), "verdict": verdict.label, "reason": verdict.reason}
+
+
+def refuse_copies(side: str, dirs: list[Path], outputs: list[Any], what: str) -> None:
+    """Two runs of a side with the same output are one run's work, whatever seed their
+    ``recipe.yaml`` says (a copied folder with its seed edited): counted as two seeds they
+    would shrink the seeds' spread to nothing."""
+    problems = [f"{earlier} and {run_dir}"
+                for i, (run_dir, output) in enumerate(zip(dirs, outputs, strict=True))
+                for earlier, earlier_output in zip(dirs[:i], outputs[:i], strict=False)
+                if output == earlier_output and run_dir.resolve() != earlier.resolve()]
+    if problems:
+        raise CompareError(f"the {side} runs must be distinct work, but these have identical "
+                           f"{what}: {'; '.join(problems)}")
+
+
+def run_device(run_dir: Path) -> str:
+    """The device kind the run trained on (cpu, cuda, ...), as its ``summary.json`` machine
+    record says; empty where the run recorded none (runs before the record existed)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return ""
+    machine = summary.get("machine") if isinstance(summary, dict) else None
+    return str(machine.get("device") or "") if isinstance(machine, dict) else ""
 
 
 def refuse_repeats(side: str, dirs: list[Path], seeds: list[Any]) -> None:
@@ -193,14 +235,34 @@ def direction(result: dict[str, Any]) -> tuple[float, str | None]:
     return difference, "system" if difference > 0 else "baseline" if difference < 0 else None
 
 
-def _side(name: str, bleus: list[float], precisions: list[str]) -> str:
+def _side(name: str, bleus: list[float], precisions: list[str], devices: list[str]) -> str:
     from normzoo.sweep.significance import mean_sd
 
     mean, sd = mean_sd(bleus)
     runs = "1 run" if len(bleus) == 1 else f"{len(bleus)} runs"
     spread = f" ± {sd:.2f} ({', '.join(f'{b:.2f}' for b in bleus)})" if len(bleus) > 1 else ""
-    kinds = ", ".join(sorted({p for p in precisions if p})) or "precision not recorded"
-    return f"{name}: {runs}, BLEU {mean:.2f}{spread}, {kinds}"
+    return f"{name}: {runs}, BLEU {mean:.2f}{spread}, {kinds(precisions, devices)}"
+
+
+def kinds(precisions: list[str], devices: list[str]) -> str:
+    """A side's precisions and device kinds in words, for its line of the report."""
+    return (", ".join(sorted({p for p in precisions if p})) or "precision not recorded") + (
+        " on " + ", ".join(sorted({d for d in devices if d})) if any(devices) else "")
+
+
+def seed_line(result: dict[str, Any], scores: str, digits: int = 2) -> str:
+    """The seeds' test as the report prints it, with the interval of the difference of the
+    means that it leaves open."""
+    from normzoo.sweep.significance import p_text
+
+    if result["seed_p"] is not None:
+        low, high = result["seed_interval"]
+        return (f"seeds: {result['seed_test']} on the runs' {scores}, "
+                f"p = {p_text(result['seed_p'])}; 95% interval of the difference "
+                f"[{low:+.{digits}f}, {high:+.{digits}f}]")
+    if min(len(result["baselines"]), len(result["systems"])) < 2:
+        return f"seeds: {result['seed_test']} needs two runs a side or more"
+    return f"seeds: {result['seed_test']}: no variance to test (no spread)"
 
 
 def difference_notes(result: dict[str, Any]) -> list[str]:
@@ -211,11 +273,9 @@ def difference_notes(result: dict[str, Any]) -> list[str]:
 
 
 def format_comparison(result: dict[str, Any]) -> str:
-    from normzoo.sweep.significance import p_text
-
     difference, better = direction(result)
-    lines = [_side("baseline", result["baseline_seed_bleu"], result["baseline_precision"]),
-             _side("system", result["system_seed_bleu"], result["system_precision"])]
+    lines = [_side(side, result[f"{side}_seed_bleu"], result[f"{side}_precision"],
+                   result[f"{side}_device"]) for side in ("baseline", "system")]
     lines += difference_notes(result)
     if result["identical"]:
         # sacreBLEU gives identical systems p = 1/(samples+1) by design (multeval's
@@ -228,14 +288,14 @@ def format_comparison(result: dict[str, Any]) -> str:
             lines.append(f"the baseline scores higher: the system is {difference:+.2f} BLEU")
         else:
             lines.append("the same BLEU: neither scores higher")
-        welch = result["welch_p"]
-        lines.append("seeds: " + ("Welch's t-test needs two runs a side or more" if welch is None
-                                  else f"Welch's t-test on the runs' BLEU, p = {p_text(welch)}"))
-        pooled = (f"{result['pairs']} runs a side pooled, paired in order" if result["pairs"] > 1
-                  else "one run a side")
-        lines.append(f"sentences: paired bootstrap ({pooled}; two-sided), p = "
-                     f"{result['p_value']:.4f}; pooled BLEU {result['baseline_bleu']:.2f} vs "
-                     f"{result['system_bleu']:.2f} (95% CI ± {result['system_ci']:.2f})")
+        lines.append(seed_line(result, "BLEU"))
+        pairs = (f"{result['pairs']} runs a side paired " + (
+            "seed with seed" if result["paired"] else "in order") if result["pairs"] > 1
+            else "one run a side")
+        lines.append(f"sentences: {result['sentence_test']} over {pairs}, two-sided, p = "
+                     f"{result['p_value']:.4f}; BLEU {result['baseline_bleu']:.2f} vs "
+                     f"{result['system_bleu']:.2f} (95% CI of the difference ± "
+                     f"{result['difference_ci']:.2f})")
     lines += [f"{result['verdict']}: {result['reason']}", result["signature"]]
     return "\n".join(lines)
 

@@ -9,14 +9,17 @@ own it mistakes a seed for a scheme about half the time.
 
 So a difference is judged by two tests, and shown only where both find it:
 
-* **seeds**: Welch's t-test on the runs' BLEU, each run one observation of its setting (unequal
-  variances: a failing setting's seeds all score near 0, a training one's spread). It needs at
-  least :data:`MIN_SEEDS` runs a side to say anything about the seeds' spread;
-* **sentences**: the paired bootstrap of the runs' pooled translations (paired seed by seed).
+* **seeds**: a t-test on the runs' BLEU, each run one observation of its setting: Welch's
+  (unequal variances: a failing setting's seeds all score near 0, a training one's spread), or
+  the paired t-test where both sides ran the same seeds (:func:`paired_t_p`). It needs at least
+  :data:`MIN_SEEDS` runs a side to say anything about the seeds' spread, and some spread: two
+  sides without any have no variance to test (copies of one run), never p = 0;
+* **sentences**: the hierarchical bootstrap of the runs' translations (seeds, then sentences;
+  :mod:`normzoo.sweep.bootstrap`).
 
-With fewer seeds, or with only one of the two tests significant, the difference is at most
-*indicated*. Runs of different precision (``trainer.precision`` as the run recorded it) are never
-compared as shown: the difference could be the precision's.
+With fewer seeds, or with only one of the two tests significant, or runs on more than one device
+kind, the difference is at most *indicated*. Runs of different precision (``trainer.precision``
+as the run recorded it) are never compared as shown: the difference could be the precision's.
 """
 
 from __future__ import annotations
@@ -24,23 +27,82 @@ from __future__ import annotations
 import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ALPHA = 0.05
 MIN_SEEDS = 3  # fewer runs a side cannot estimate the seeds' spread the t-test needs
 SHOWN, INDICATED, NOT_SHOWN = "shown", "indicated", "not shown"
 
 
+def no_spread(baseline: Sequence[float], system: Sequence[float]) -> bool:
+    """Both sides without any spread: copies of one run, or runs that all failed alike. A
+    t-test divides by the spread, so it has nothing to divide by here: no variance to test,
+    never p = 0 (three copies of one run against three of another read p = 0 and *shown*)."""
+    return statistics.pvariance(baseline) == 0 and statistics.pvariance(system) == 0
+
+
 def welch_p(baseline: Sequence[float], system: Sequence[float]) -> float | None:
     """Two-sided p-value of Welch's t-test on two sets of per-seed scores; None with fewer than
-    two runs on a side (no spread to test against). Two sides without any spread are equal
-    (p = 1) or certainly different (p = 0)."""
-    if len(baseline) < 2 or len(system) < 2:
+    two runs on a side or no spread on either (no variance to test)."""
+    if len(baseline) < 2 or len(system) < 2 or no_spread(baseline, system):
         return None
-    if statistics.pvariance(baseline) == 0 and statistics.pvariance(system) == 0:
-        return 1.0 if statistics.fmean(baseline) == statistics.fmean(system) else 0.0
     from scipy.stats import ttest_ind
 
     return float(ttest_ind(system, baseline, equal_var=False).pvalue)
+
+
+def paired_t_p(baseline: Sequence[float], system: Sequence[float]) -> float | None:
+    """Two-sided p-value of the paired t-test on per-seed scores given seed by seed in the same
+    order (the same seeds under two settings share their data order and initial draws, so the
+    seed's own effect cancels in the differences); None with fewer than two pairs or
+    differences without spread."""
+    if len(baseline) != len(system) or len(baseline) < 2:
+        return None
+    differences = [s - b for b, s in zip(baseline, system, strict=True)]
+    if statistics.pvariance(differences) == 0:
+        return None
+    from scipy.stats import ttest_rel
+
+    return float(ttest_rel(system, baseline).pvalue)
+
+
+def same_seeds(baseline: list[Any], system: list[Any]) -> bool:
+    """Both sides ran the same seeds (two or more, each once): a paired design, as the
+    precision study's same seeds under two settings, so the seeds' test is the paired one."""
+    return (len(baseline) >= 2 and None not in baseline
+            and sorted(map(str, baseline)) == sorted(map(str, system)))
+
+
+def seed_interval(baseline: Sequence[float], system: Sequence[float], paired: bool,
+                  level: float = 1 - ALPHA) -> tuple[float, float] | None:
+    """The ``level`` interval of the system's mean minus the baseline's over the seeds, by the
+    seeds' t-test (paired or Welch's); None where that test has nothing to say. A *not shown*
+    says how large a difference the seeds leave open, never that there is none."""
+    if (paired_t_p if paired else welch_p)(baseline, system) is None:
+        return None
+    from scipy.stats import ttest_ind, ttest_rel
+
+    test = (ttest_rel(system, baseline) if paired
+            else ttest_ind(system, baseline, equal_var=False))
+    found = test.confidence_interval(level)
+    return float(found.low), float(found.high)
+
+
+def seed_order(seeds: list[Any]) -> list[int]:
+    """The positions of a side's runs in the order of their seeds, to pair seed with seed."""
+    return sorted(range(len(seeds)), key=lambda i: str(seeds[i]))
+
+
+def seed_test(baseline: list[float], system: list[float], paired: bool) -> dict[str, Any]:
+    """The seeds' test chosen, named, its p-value and the 95% interval of the difference of the
+    means (None: fewer than two runs a side, or no variance to test)."""
+    return {"seed_test": PAIRED_T if paired else WELCH, "paired": paired,
+            "seed_p": paired_t_p(baseline, system) if paired else welch_p(baseline, system),
+            "seed_interval": seed_interval(baseline, system, paired)}
+
+
+PAIRED_T = "paired t-test (the same seeds on both sides)"
+WELCH = "Welch's t-test"
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -63,34 +125,50 @@ class Verdict:
 
 def judge(baseline: Sequence[float], system: Sequence[float], bootstrap_p: float | None,
           precisions: Collection[str] = (), alpha: float = ALPHA,
-          min_seeds: int = MIN_SEEDS, sentence_test: bool = True) -> Verdict:
-    """The verdict on ``system`` against ``baseline`` from their per-seed scores, the pooled
-    paired bootstrap's p-value and the precisions the runs trained in (empty: not known).
+          min_seeds: int = MIN_SEEDS, sentence_test: bool = True,
+          devices: Collection[str] = (), paired: bool = False,
+          sentence_name: str = "paired bootstrap") -> Verdict:
+    """The verdict on ``system`` against ``baseline`` from their per-seed scores, the
+    sentence-level bootstrap's p-value, and the precisions and device kinds the runs trained on
+    (empty: not known).
 
-    ``sentence_test=False``: the scores come with no per-sentence values to resample (a language
-    model's test loss as the runs keep it), so the seeds' test decides alone, and the reason says
-    that the test set's noise was not tested apart from it."""
+    ``paired``: both sides ran the same seeds, given in the same seed order, so the seeds' test
+    is the paired t-test (:func:`paired_t_p`) instead of Welch's. Runs on more than one device
+    kind (cuda and cpu) are at most *indicated*: one seed moved 1.2 BLEU between a CPU in fp32
+    and a GPU in bf16, about what a seed moves it. ``sentence_test=False``: the scores come with
+    no per-sentence values to resample (a language model's test loss as the runs keep it), so
+    the seeds' test decides alone, and the reason says that the test set's noise was not tested
+    apart from it."""
     seeds = min(len(baseline), len(system))
-    seed_p = welch_p(baseline, system)
+    seed_p = paired_t_p(baseline, system) if paired else welch_p(baseline, system)
     by_seeds = seed_p is not None and seed_p < alpha
     if not sentence_test:
         bootstrap_p = 0.0 if by_seeds else None
     by_sentences = bootstrap_p is not None and bootstrap_p < alpha
-    seed_text = p_text(seed_p) if seed_p is not None else "– (fewer than two seeds a side)"
-    tests = (f"seeds: Welch p = {seed_text}; sentences: paired bootstrap p = "
+    name = "paired t" if paired else "Welch"
+    seed_text = (p_text(seed_p) if seed_p is not None else "– (fewer than two seeds a side)"
+                 if seeds < 2 else "– (no variance to test)")
+    tests = (f"seeds: {name} p = {seed_text}; sentences: {sentence_name} p = "
              f"{p_text(bootstrap_p)}" if sentence_test else
-             f"seeds: Welch p = {seed_text}; no per-sentence scores, so the test set's noise "
+             f"seeds: {name} p = {seed_text}; no per-sentence scores, so the test set's noise "
              "is not tested apart from the seeds'")
     if len(set(precisions)) > 1:
         return Verdict(NOT_SHOWN, f"the runs trained in different precisions "
                        f"({', '.join(sorted(set(precisions)))}): a difference could be the "
                        f"precision's ({tests})")
-    if seeds < min_seeds:
-        few = "one seed" if seeds == 1 else f"{seeds} seeds"
+    if seeds >= 2 and no_spread(baseline, system):
+        return Verdict(NOT_SHOWN, f"no variance to test: every run of each side scores the "
+                       f"same ({tests})")
+    mixed = len(set(devices)) > 1
+    if seeds < min_seeds or mixed:
+        why = (f"the runs trained on different device kinds "
+               f"({', '.join(sorted(set(devices)))}): a difference could be the device's"
+               if mixed else
+               f"{'one seed' if seeds == 1 else f'{seeds} seeds'} a side, under the "
+               f"{min_seeds} a test of the seeds' spread needs")
         if by_sentences or by_seeds:
-            return Verdict(INDICATED, f"{few} a side, under the {min_seeds} a test of the "
-                           f"seeds' spread needs ({tests})")
-        return Verdict(NOT_SHOWN, f"no test finds a difference ({few} a side; {tests})")
+            return Verdict(INDICATED, f"{why} ({tests})")
+        return Verdict(NOT_SHOWN, f"no test finds a difference ({why}; {tests})")
     if by_seeds and by_sentences:
         which = "both tests" if sentence_test else "the seeds' test"
         return Verdict(SHOWN, f"{which} below {alpha} over {seeds}+ seeds a side ({tests})")
