@@ -111,17 +111,16 @@ def normzoo_config(size: Size) -> dict:
 def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
     """normzoo's TranslationTask loss and its optimizer (AdamW + schedule), without a Trainer;
     ``compiled``: through ``trainer.compile``'s own compiled step."""
-    from normzoo.data.shapes import DEFAULT_RUNGS
     from normzoo.recipe import from_dict
+    from normzoo.run.machine import batch_ladder
     from normzoo.tasks.optim import build_optimizer
     from normzoo.tasks.translation import TranslationTask
 
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
                                   "label_smoothing": LABEL_SMOOTHING},
-                        # the ladder peers_data pads the batches to: static shapes compiled
-                        "data": {"buckets": DEFAULT_RUNGS},
                         "trainer": {"compile": compiled}})
+    recipe = batch_ladder(recipe)  # as peers_data pads the batches: static shapes on a GPU
     task = TranslationTask(recipe, vocab_size)
     optimizer, scheduler = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)
 

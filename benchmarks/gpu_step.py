@@ -115,14 +115,18 @@ def load_batches(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from peers_data import prepare_data
 
+    from normzoo.data.shapes import DEFAULT_RUNGS
+
+    # The GPU's ladder, also where `gpu_check.sh prepare` makes the batches on a CPU.
     made_with = {"size": args.size, "max_tokens": size_of(args).max_tokens,
-                 "data": args.data.resolve().name}
+                 "data": args.data.resolve().name, "buckets": DEFAULT_RUNGS}
     if args.batches is not None and args.batches.is_file():
         data = torch.load(args.batches, weights_only=True)
         if data.get("made_with") == made_with and len(data["train"]) >= args.train_batches:
             data["train"] = data["train"][:args.train_batches]
             return data
-    data = {**prepare_data(size_of(args), args.data, args.train_batches), "made_with": made_with}
+    data = {**prepare_data(size_of(args), args.data, args.train_batches, DEFAULT_RUNGS),
+            "made_with": made_with}
     if args.batches is not None:
         args.batches.parent.mkdir(parents=True, exist_ok=True)
         torch.save(data, args.batches)

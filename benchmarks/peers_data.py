@@ -9,8 +9,6 @@ from typing import Any
 
 from frameworks import Size
 
-from normzoo.data.shapes import DEFAULT_RUNGS
-
 
 def read_pairs(data_dir: Path, limit: int | None) -> tuple[list[str], list[str], str]:
     """Multi30k train (En, De) when ``data_dir`` has it, else the built-in toy corpus."""
@@ -28,19 +26,22 @@ def read_pairs(data_dir: Path, limit: int | None) -> tuple[list[str], list[str],
 
 
 def prepare_data(size: Size, data_dir: Path, train_batches: int,
-                 buckets: int | None = DEFAULT_RUNGS) -> dict[str, Any]:
-    """Tokenize once and pack the training and decoding batches every worker will use: padded
-    to a ladder of ``buckets`` lengths fitted to the pairs, as ``normzoo train`` pads them on
-    a GPU (``data.buckets: auto``), or each to its longest (``buckets`` None)."""
+                 buckets: int | str | None = "auto") -> dict[str, Any]:
+    """Tokenize once and pack the training and decoding batches every worker will use, padded
+    as ``normzoo train`` pads them (``data.buckets``; ``auto``: as on this machine, a ladder of
+    lengths fitted to the pairs on a GPU, each batch to its longest on a CPU)."""
     from normzoo.data.batching import token_budget_batches
     from normzoo.data.examples import ParallelData
-    from normzoo.data.shapes import LengthLadder
+    from normzoo.data.shapes import LengthLadder, ladder_rungs
     from normzoo.data.tokenizer import train_tokenizer
+    from normzoo.recipe import from_dict
+    from normzoo.run.machine import batch_ladder
 
     src, tgt, corpus = read_pairs(data_dir, size.pair_limit)
     tokenizer = train_tokenizer(src + tgt, vocab_size=size.vocab_size)
     data = ParallelData.build(tokenizer.encode_batch(src), tokenizer.encode_batch(tgt),
                               max_len=128, drop_long=True)
+    buckets = ladder_rungs(batch_ladder(from_dict({"data": {"buckets": buckets}})).data)
     ladder = LengthLadder.fit(data.lengths(), buckets) if buckets else None
     packed = token_budget_batches(data.lengths(), size.max_tokens, seed=0, ladder=ladder)
     train = [data.collate(items) for items in packed[:train_batches]]

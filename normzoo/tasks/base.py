@@ -74,8 +74,10 @@ class NormzooTask(L.LightningModule):
         self._compiled: Callable[..., LossTerms] | None = None
         self._compiles: CompileCount | None = None
         if mode := self.recipe.trainer.compile:
-            self._compiled = compile_step(self.loss_terms, mode, ladder_rungs(recipe.data))
+            shapes = ladder_rungs(recipe.data)
+            self._compiled = compile_step(self.loss_terms, mode, shapes)
             self._compiles = CompileCount()
+            self._expected_compiles = recompiles_expected(shapes)  # said past this many
         self.tokenizer_json = tokenizer_json
         # Training FLOPs per token, measured on this process's first batch (see flops_per_batch);
         # None until measured, or where the model cannot be measured.
@@ -118,8 +120,7 @@ class NormzooTask(L.LightningModule):
         if self.trainer._logger_connector.should_update_logs:
             self.log("compile/compiles", float(total), on_step=True, on_epoch=False,
                      batch_size=sentences(batch))
-        expected = recompiles_expected(ladder_rungs(self.recipe.data))
-        if fresh and total > expected and self.trainer.is_global_zero:
+        if fresh and total > self._expected_compiles and self.trainer.is_global_zero:
             why = "; ".join(line.strip() for line in reasons) or "TorchDynamo gave no reason"
             print(f"trainer.compile: compiled again at step {self.trainer.global_step} "
                   f"({total} compiles so far): {why}", file=sys.stderr)

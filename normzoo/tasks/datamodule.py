@@ -7,6 +7,7 @@ start costs the same for Multi30k and for WMT14.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -47,7 +48,6 @@ class TextDataModule(L.LightningDataModule):
         self.references: dict[str, list[str]] = {}
         # A streamed training split is read while training; only the others are prepared.
         self.roles = ("valid", "test") if recipe.data.streaming else ("train", "valid", "test")
-        self._ladder: tuple[LengthLadder | None] | None = None  # worked out once, when asked
 
     def prepare_data(self) -> None:
         """Build (or check and open) the cache; runs once per node, before ``setup``."""
@@ -101,16 +101,14 @@ class TextDataModule(L.LightningDataModule):
             for role in self.roles:
                 self.dataset(role)
 
-    @property
+    @functools.cached_property
     def ladder(self) -> LengthLadder | None:
         """The lengths every batch is padded up to (``data.buckets``; :mod:`normzoo.data.shapes`):
         fitted to the training split, or spread up to ``max_len`` for a streamed one; None
         pads each batch to its longest (also for an unresolved ``auto``, which only a run
         resolves, for its machine: :func:`normzoo.run.machine.batch_ladder`)."""
-        if self._ladder is None:
-            self._ladder = (ladder_for(self.recipe.data, None if self.recipe.data.streaming
-                                       else self.dataset("train").lengths()),)
-        return self._ladder[0]
+        data = self.recipe.data
+        return ladder_for(data, None if data.streaming else self.dataset("train").lengths())
 
     def train_shapes(self, world_size: int = 1) -> ShapeCount | None:
         """The shapes and padding of one epoch of the training split's global batches over
@@ -161,13 +159,12 @@ class TextDataModule(L.LightningDataModule):
         from normzoo.data.streaming import StreamingBatches, StreamingLoader
 
         recipe, data = self.recipe, self.recipe.data
-        trainer = self.trainer
+        rank, world = self._world()
         batches = StreamingBatches(
             stream_rows(recipe), task=recipe.task, encode=self.tokenizer.encode_batch,
             max_len=data.max_len, max_tokens=data.max_tokens, seed=recipe.seed,
             buffer_size=data.shuffle_buffer, text_field=data.text_field,
-            rank=trainer.global_rank if trainer is not None else 0,
-            world_size=trainer.world_size if trainer is not None else 1, ladder=self.ladder)
+            rank=rank, world_size=world, ladder=self.ladder)
         if recipe.task == "causal_lm":
             collate = collate_blocks
         else:
