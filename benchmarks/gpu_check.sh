@@ -13,21 +13,25 @@
 #                                            # environment; set BASE and TRAIN small on a CPU
 #
 # The steps, each under its own time limit (seconds), so one that hangs cannot take the others:
-#   install     the carried wheels, into /tmp/site                                         (15)
+#   install     the carried wheels, into /tmp/site                                         (10)
 #   peers       benchmarks/peers.py on Transformer-base, 25k-token batches, bf16: normzoo's
 #               training step against x-transformers', greedy and beam-5 decoding against
-#               Hugging Face generate; every batch shape visited before the timed steps     (75)
+#               Hugging Face generate; every batch shape visited before the timed steps    (100)
 #   step        normzoo's bare training step (gpu_step.py): each shape's first visit, tokens/s,
 #               MFU, and the top 20 kernels under torch's profiler                          (30)
 #   compile     the same step through trainer.compile's compiled step (static shapes, a graph
 #               per shape) on two of the batches, each shape's compile timed                (90)
 #   train       `normzoo train` on the Transformer-base recipe, 50 steps on the carried
-#               Multi30k, bf16-mixed, validation and logging on (gpu_train.py)              (45)
-#   attention   benchmarks/attention_backends.py                                            (45)
+#               Multi30k, bf16-mixed, validation and logging (every 10 steps) on           (45)
+#               (gpu_train.py)
+#   attention   benchmarks/attention_backends.py                                            (20)
 #   summary     gpu_summary.py: every figure in one JSON file and report                    (10)
 #   tests       the gpu-marked tests (pytest -m gpu on the files that have the mark), last:
-#               one that outruns its limit costs no figure                                  (30)
-# The limits sum to 340 s; the whole call must end within 360.
+#               one that outruns its limit costs no figure                                  (35)
+# The limits sum to 340 s; the whole call must end within 360. Measured on an H200 (2026-11-28,
+# benchmarks/results/gpu-check-nvidia-h200.md): install 2 s, peers 85 (alone), step 19,
+# compile 91 (its figures printed, then the exit held past the limit: gpu_step.py now ends at
+# once), train 43, attention 15, tests 28.
 #
 # What comes back, at most 8 files, is written under $OUT: gpu_check.log (every step's output)
 # and in $OUT/benchmarks/results/, named by the device: gpu-check-<device>.json and .md (the
@@ -127,7 +131,7 @@ checks() {  # the steps after the install; $1 "run" or "dry-run"
   nvidia-smi -L 2>/dev/null | tee -a "$OUT/gpu_check.log"
   slug=$(slug)
   # shellcheck disable=SC2086
-  step peers 75 python3 benchmarks/peers.py $PEERS --data "$DATA" \
+  step peers 100 python3 benchmarks/peers.py $PEERS --data "$DATA" \
     --out "$results/peers-$slug.md" "${dry[@]}"
   # shellcheck disable=SC2086
   step step 30 python3 benchmarks/gpu_step.py $BASE --data "$DATA" --batches "$WORK/batches.pt" \
@@ -140,7 +144,7 @@ checks() {  # the steps after the install; $1 "run" or "dry-run"
   # shellcheck disable=SC2086
   step train 45 python3 benchmarks/gpu_train.py $TRAIN --data "$DATA" --run-dir "$WORK/train" \
     --out "$WORK/train.json" "${dry[@]}"
-  step attention 45 python3 benchmarks/attention_backends.py --out "$results/attention-$slug.json" \
+  step attention 20 python3 benchmarks/attention_backends.py --out "$results/attention-$slug.json" \
     "${dry[@]}"
   step summary 10 python3 benchmarks/gpu_summary.py --work "$WORK" --results "$results" \
     --slug "$slug" --out "$results/gpu-check-$slug.json" "${dry[@]}"
@@ -149,9 +153,9 @@ checks() {  # the steps after the install; $1 "run" or "dry-run"
   mapfile -t tests < <(grep -l "pytest.mark.gpu" tests/test_*.py)
   # shellcheck disable=SC2086
   if [ "$1" = dry-run ]; then
-    step tests 30 python3 -m pytest $PYTEST --collect-only "${tests[@]}"
+    step tests 35 python3 -m pytest $PYTEST --collect-only "${tests[@]}"
   else
-    step tests 30 python3 -m pytest $PYTEST "${tests[@]}"
+    step tests 35 python3 -m pytest $PYTEST "${tests[@]}"
   fi
   echo "== limits: $TOTAL s of the call's $CALL_S s; $(($(date +%s) - STARTED)) s taken;" \
     "$(find "$OUT" -type f | wc -l) files under \$OUT (at most 8 come back)" \
@@ -166,7 +170,7 @@ slug() {  # the device's name as a file name, as benchmarks/common.py names resu
 run() {
   begin
   # The wheels, then every package's version as the check will import it.
-  step install 15 bash -c "python3 -m pip install -q --no-index --no-deps --no-compile \
+  step install 10 bash -c "python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site $CHECK/whl/*.whl \
     && PYTHONPATH=/tmp/site python3 -m pip list"
   export PYTHONPATH=/tmp/site:$(pwd)/benchmarks PATH=/tmp/site/bin:$PATH
@@ -178,7 +182,7 @@ run() {
 dry_run() {
   begin
   export NORMZOO_CACHE=${NORMZOO_CACHE:-/tmp/normzoo-cache}
-  step install 15 python3 benchmarks/gpu_packages.py --wheels $CHECK/whl
+  step install 10 python3 benchmarks/gpu_packages.py --wheels $CHECK/whl
   checks dry-run
 }
 

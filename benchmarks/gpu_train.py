@@ -10,7 +10,8 @@ step (``gpu_step.py``) that it wraps: the same model, vocabulary size and token 
 The recipe's model as it is; the data from ``--data`` (``train`` and ``val``; ``val`` also
 stands in for the test split, so only two splits travel), one batch of ``--max-tokens`` a
 step (``trainer.accumulate=1``, as the bare step), validation loss every ``--val-every``
-steps (no BLEU while training), CSV logs every step, no step checkpoints kept, and the final
+steps (no BLEU while training), CSV logs every ``--log-every`` steps, no step checkpoints
+kept, and the final
 test greedy.
 
 Tokens/s is Lightning's ``ThroughputMonitor`` (``train/lengths`` over ``train/time``: target
@@ -55,7 +56,8 @@ def data_overrides(data: Path, max_tokens: int, vocab: int) -> list[str]:
 def overrides(args: argparse.Namespace) -> list[str]:
     return [*data_overrides(args.data, args.max_tokens, args.vocab),
             f"trainer.max_steps={args.steps}", f"trainer.val_every_steps={args.val_every}",
-            "trainer.log_every_steps=1", "trainer.accumulate=1", "trainer.precision=bf16-mixed",
+            f"trainer.log_every_steps={args.log_every}", "trainer.accumulate=1",
+            "trainer.precision=bf16-mixed",
             "trainer.loggers=[csv]", "trainer.progress_bar=false", "trainer.keep_checkpoints=0",
             "trainer.save_top_k=0", "eval.beam=1", "eval.valid_bleu=false",
             f"run.dir={args.run_dir}", *args.set]
@@ -68,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a folder with train.{en,de} and val.{en,de}")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--val-every", type=int, default=25)
+    parser.add_argument("--log-every", type=int, default=10,
+                        help="trainer.log_every_steps: the throughput monitor synchronises the "
+                        "GPU at each logged step, so every step costs (results/"
+                        "gpu-train-nvidia-h200.md); the rate needs two logged steps after "
+                        "the first epoch")
     parser.add_argument("--max-tokens", type=int, default=25000)
     parser.add_argument("--vocab", type=int, default=8000,
                         help="BPE vocabulary (peers.py's base size has 8,000)")
@@ -82,8 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.prepare_only and args.out is None:
         parser.error("--out is required")
-    if args.steps < 2 or args.val_every < 1:
-        parser.error("--steps must be at least 2 and --val-every at least 1")
+    if args.steps < 2 or args.val_every < 1 or args.log_every < 1:
+        parser.error("--steps must be at least 2, --val-every and --log-every at least 1")
     return args
 
 

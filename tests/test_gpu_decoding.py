@@ -56,7 +56,7 @@ def test_every_scheme_s_step_is_captured_and_finds_the_eager_hypotheses(scheme):
 
 def test_a_captured_step_is_reused_by_batches_of_its_shape():
     model = model_for(positions="rope", rope_base=100.0, kv_heads=2)
-    batches = [sources(5, seed) for seed in (2, 3, 7)]
+    batches = [sources(5, seed) for seed in (1, 3, 4)]
     eager = [beam_search(model, src, beam=5, graphs=False) for src in batches]
     assert [beam_search(model, src, beam=5) for src in batches] == eager
     # Sources of 12 and 13 tokens, limits of 24 and 25: one shape once rounded, one capture.

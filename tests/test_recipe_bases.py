@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from normzoo.cli import app
 from normzoo.errors import ConfigError
 from normzoo.recipe import from_dict, load, merge, read_recipe
-from normzoo.run.machine import batch_ladder
+from normzoo.run.machine import resolve_auto
 
 runner = CliRunner()
 
@@ -194,7 +194,7 @@ def test_a_run_stores_the_whole_recipe_without_its_base(tmp_path: Path,
     stored = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8"))
     assert "base" not in stored
     # As this machine trains it: data.buckets' auto resolved (no ladder on a CPU).
-    expected = batch_ladder(load(path, [f"run.dir={run_dir}", "seed=7"]))
+    expected = resolve_auto(load(path, [f"run.dir={run_dir}", "seed=7"]))
     assert stored == expected.to_dict()
     base.unlink()  # the run is reproducible without the base
     assert load(run_dir / "recipe.yaml") == expected

@@ -222,7 +222,8 @@ def test_a_run_records_its_batch_shapes_and_says_them_first(tmp_path: Path, monk
     assert f"in {summary['train_batch_shapes']} shapes" in line
     assert f"{summary['train_padding']:.1%} of their token slots padding" in line
     assert 1 <= summary["train_batch_shapes"] <= 5 and 0 < summary["train_padding"] < 0.5
-    assert "buckets: 4" in (tmp_path / "run" / "recipe.yaml").read_text()
+    recorded = load(tmp_path / "run" / "recipe.yaml").data
+    assert (recorded.buckets, recorded.num_workers) == (4, 0)  # auto resolved: no CPU worker
 
 
 def corpus_shapes(recipe_path: Path, overrides: list[str], buckets) -> tuple:

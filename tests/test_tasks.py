@@ -23,7 +23,7 @@ from normzoo.errors import ConfigError
 from normzoo.recipe import Recipe, from_dict, load
 from normzoo.run import directory
 from normzoo.run import training as train
-from normzoo.run.machine import batch_ladder
+from normzoo.run.machine import resolve_auto
 from normzoo.tasks.datamodule import TextDataModule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -147,7 +147,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recipe, Path
 def test_run_directory_contents(finished_run):
     recipe, run_dir, summary = finished_run
     # The recipe as this machine trains it: data.buckets' auto resolved (no ladder on a CPU).
-    assert load(run_dir / "recipe.yaml") == batch_ladder(recipe)
+    assert load(run_dir / "recipe.yaml") == resolve_auto(recipe)
     assert load(run_dir / "recipe.yaml").data.buckets is None
     tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
     assert tokenizer.decode(tokenizer.encode("The bakers are blue.")) == "The bakers are blue."
@@ -186,7 +186,7 @@ def test_checkpoint_is_plain_data_and_self_contained(finished_run):
                  *(run_dir / "checkpoints").glob("best-*.ckpt")]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         meta = ckpt["normzoo"]
-        assert from_dict(meta["recipe"]) == batch_ladder(recipe)
+        assert from_dict(meta["recipe"]) == resolve_auto(recipe)
         tokenizer = Tokenizer.from_str(meta["tokenizer"])
         assert tokenizer.to_str() == Tokenizer.load(run_dir / "tokenizer.json").to_str()
         plugins = {(p["kind"], p["name"]): p for p in meta["plugins"]}
@@ -231,7 +231,7 @@ def test_a_second_run_into_the_same_directory(finished_run, monkeypatch: pytest.
     with pytest.raises(Started):
         train.run(forced, "x.yaml", force=True)
     assert sorted(p.name for p in other.iterdir()) == [".lock", "recipe.yaml", "tokenizer.json"]
-    assert load(other / "recipe.yaml") == batch_ladder(forced)
+    assert load(other / "recipe.yaml") == resolve_auto(forced)
 
 
 def test_an_empty_run_directory_is_not_a_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -7,7 +7,7 @@ rules of its own, read by the data path (:mod:`normzoo.data`) and the run alike.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -74,7 +74,11 @@ class DataConfig(Section):
         default=None, gt=0, description="use the first N examples of the validation and test splits"
     )
     mask_prob: float = Field(default=0.15, gt=0, lt=1, description="MLM: fraction masked")
-    num_workers: int = Field(default=0, ge=0)
+    num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        default="auto",
+        description="processes that collate batches beside the training loop; auto: 4 on a "
+                    "CUDA device (fewer where the machine has fewer CPUs per process), 0 on a "
+                    "CPU, whose cores the step itself uses")
     streaming: bool = Field(
         default=False,
         description="hub corpora too large to prepare: stream and tokenize while training")

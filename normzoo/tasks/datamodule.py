@@ -138,11 +138,18 @@ class TextDataModule(L.LightningDataModule):
         pin = self._on_cuda()
         if training:  # knows its position in the epoch, for exact resume
             return ResumableLoader(dataset, sampler, collate_fn=dataset.collate,
-                                   num_workers=self.recipe.data.num_workers, pin_memory=pin)
+                                   num_workers=self.workers, pin_memory=pin)
         # A generator of its own: validating must not draw from the global RNG either.
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=dataset.collate,
-                          num_workers=self.recipe.data.num_workers, pin_memory=pin,
+                          num_workers=self.workers, pin_memory=pin,
                           generator=torch.Generator().manual_seed(self.recipe.seed))
+
+    @property
+    def workers(self) -> int:
+        """The loader processes ``data.num_workers`` asks for; none for an unresolved ``auto``,
+        which only a run resolves, for its machine (:func:`normzoo.run.machine.loader_workers`)."""
+        workers = self.recipe.data.num_workers
+        return 0 if workers == "auto" else workers
 
     def _on_cuda(self) -> bool:
         trainer = self.trainer
@@ -171,7 +178,7 @@ class TextDataModule(L.LightningDataModule):
             vocab, prob = self.tokenizer.vocab_size, data.mask_prob
             collate = lambda rows, length: mask_tokens(  # noqa: E731
                 pad(rows, length=length), vocab, prob, None)
-        return StreamingLoader(batches, collate, num_workers=data.num_workers,
+        return StreamingLoader(batches, collate, num_workers=self.workers,
                                pin_memory=self._on_cuda())
 
     def val_dataloader(self) -> DataLoader:
