@@ -139,3 +139,30 @@ def test_compare_names_its_tests_and_pairs_matching_seeds(tmp_path, monkeypatch)
                                "--data-dir", str(MULTI30K), "--samples", "100"]).output
     assert f"sentences: {HIERARCHICAL} over 2 runs a side paired in order" in text
     assert "seeds: Welch's t-test on the runs' BLEU" in text
+
+
+def test_a_margin_is_needed_to_call_two_settings_equal():
+    """A *not shown* says which interval the seeds leave open, never "no difference"; with
+    ``--margin`` the two one-sided tests say whether the two are equal within it."""
+    cells = ROOT / "docs" / "study-llama" / "data" / "schemes-12"
+
+    def seeds(scheme: str) -> list[str]:
+        return _args("-b" if scheme == "pre" else "-s",
+                     [cells / f"seed-{s}_residual-{scheme}" for s in (1, 2, 3)])
+
+    runner = CliRunner()
+    plain = runner.invoke(app, ["compare", *seeds("pre"), *seeds("lns")])
+    assert plain.exit_code == 0, plain.output
+    if "not shown:" in plain.output:
+        assert "not shown is not \"no difference\"" in plain.output
+    wide = runner.invoke(app, ["compare", *seeds("pre"), *seeds("lns"), "--margin", "0.5",
+                               "--json"])
+    report = json.loads(wide.output)
+    assert report["margin"] == 0.5 and report["equivalence_p"] < 0.05
+    text = runner.invoke(app, ["compare", *seeds("pre"), *seeds("lns"), "--margin", "0.5"])
+    assert "equal within ± 0.5 nats/token: shown (two one-sided tests, paired t" in text.output
+    narrow = runner.invoke(app, ["compare", *seeds("pre"), *seeds("lns"), "--margin", "1e-6"])
+    assert "equal within ± 1e-06 nats/token: not shown" in narrow.output
+    for bad in ("0", "-1"):
+        refused = runner.invoke(app, ["compare", *seeds("pre"), *seeds("lns"), "--margin", bad])
+        assert refused.exit_code == 2 and "--margin" in refused.output

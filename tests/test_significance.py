@@ -14,6 +14,9 @@ from normzoo.sweep.significance import (
     INDICATED,
     NOT_SHOWN,
     SHOWN,
+    equivalence_p,
+    equivalence_verdict,
+    holm,
     judge,
     paired_t_p,
     seed_interval,
@@ -184,3 +187,34 @@ def test_compare_on_the_committed_llama_cells_gives_the_study_s_verdicts():
         assert result["welch_p"] == pytest.approx(p_value, rel=0.01)
     one = compare_lm_runs(seeds("pre")[:1], seeds("pre")[1:2])
     assert one["verdict"] != "shown"
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_equal_within_a_margin_exactly_when_the_90_percent_interval_lies_inside_it(paired):
+    """TOST at 0.05 is the 90% interval of the difference inside the margin (Schuirmann)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        base = rng.normal(20.4, 0.3, 3).tolist()
+        other = (np.asarray(base) + rng.normal(rng.uniform(-1, 1), 0.3, 3)).tolist()
+        margin = float(rng.uniform(0.2, 2.0))
+        low, high = seed_interval(base, other, paired, level=0.90)
+        p = equivalence_p(base, other, margin, paired)
+        assert (p < 0.05) == (-margin < low and high < margin)
+
+
+def test_equality_is_never_read_without_a_margin_or_from_no_spread():
+    base, same = [20.28, 20.01, 20.55], [20.43, 20.12, 20.74]
+    assert equivalence_p(base, same, None, paired=False) is None
+    assert equivalence_p([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], 1.0, paired=False) is None
+    p = equivalence_p(base, same, 1.0, paired=True)  # the same seeds, 0.15 apart
+    assert p < 0.05 and equivalence_verdict(p, 3) == SHOWN
+    assert equivalence_verdict(p, 2) == INDICATED  # two seeds a side: at most indicated
+    assert equivalence_verdict(p, 3, devices={"cpu", "cuda"}) == INDICATED
+    assert equivalence_verdict(equivalence_p(base, same, 0.05, paired=True), 3) == NOT_SHOWN
+
+
+def test_holm_keeps_what_survives_testing_together_and_skips_the_untested():
+    assert holm([0.03, 0.001, 0.04, 0.012]) == [False, True, False, True]
+    assert holm([0.2, 0.01]) == [False, True]
+    assert holm([0.01, None, 0.02]) == [True, False, True]  # two tests, not three
+    assert holm([]) == []

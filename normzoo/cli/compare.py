@@ -29,6 +29,10 @@ def compare(
                                   help="Where the recipes' data files are now."),
     samples: int = typer.Option(1000, min=10, metavar="N",
                                 help="Bootstrap resamples (at least 10)."),
+    margin: float = typer.Option(None, min=0.0, metavar="M",
+                                 help="Also test whether the two are equal within ± M (BLEU, "
+                                 "or nats/token for language models): two one-sided tests "
+                                 "over the seeds. Without it, nothing is called equal."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Compare the SYSTEM runs with the BASELINE runs (one per seed) on their test scores.
@@ -38,14 +42,18 @@ def compare(
     the hierarchical bootstrap of their translations (seeds, then sentences) both below 0.05.
     Language models: the t-test on the runs' test loss below 0.05. Either with three runs a
     side or more, one precision and one device kind; otherwise a difference is at most
-    indicated. Runs of a side with identical translations (or test losses) are refused."""
+    indicated. Runs of a side with identical translations (or test losses) are refused. A
+    difference not shown is no finding of equality: --margin M tests that (two one-sided
+    tests), held to the same rule."""
     from normzoo.sweep.compare import compare_runs, format_comparison, run_task, to_json
 
+    if margin is not None and margin <= 0:
+        raise typer.BadParameter("must be above 0", param_hint="--margin")
     if run_task([*baseline, *system]) == "translation":
-        result = compare_runs(baseline, system, data_dir, samples)
+        result = compare_runs(baseline, system, data_dir, samples, margin)
         typer.echo(to_json(result) if as_json else format_comparison(result))
         return
     from normzoo.sweep.lm_comparison import compare_lm_runs, format_lm_comparison, lm_json
 
-    result = compare_lm_runs(baseline, system)
+    result = compare_lm_runs(baseline, system, margin)
     typer.echo(lm_json(result) if as_json else format_lm_comparison(result))

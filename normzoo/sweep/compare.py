@@ -74,13 +74,13 @@ def read_hypotheses(path: Path) -> list[str]:
 
 
 def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | None = None,
-                 samples: int = 1000) -> dict[str, Any]:
+                 samples: int = 1000, margin: float | None = None) -> dict[str, Any]:
     """Compare ``systems`` with ``baselines`` (one run per seed a side, any number): each run's
     BLEU, precision and device kind, the seeds' test (the paired t-test where both sides ran
     the same seeds, else Welch's), the hierarchical bootstrap of the first ``min(len)`` runs of
     each side paired (seed with seed where the seeds match, else in order), and the verdict.
     References come from the baselines' recipe data (``data_dir`` re-points a ``files``
-    corpus)."""
+    corpus). ``margin``: also test whether the two are equal within it (BLEU)."""
     from normzoo.inference.scoring import score
     from normzoo.sweep.bootstrap import hierarchical_bootstrap
     from normzoo.sweep.significance import judge, same_seeds, seed_order, seed_test, welch_p
@@ -128,7 +128,7 @@ def compare_runs(baselines: list[Path], systems: list[Path], data_dir: Path | No
             "baseline_precision": precision["baseline"],
             "system_precision": precision["system"],
             "baseline_device": device["baseline"], "system_device": device["system"],
-            **seed_test(bleu["baseline"], bleu["system"], paired),
+            **seed_test(bleu["baseline"], bleu["system"], paired, margin),
             "welch_p": welch_p(bleu["baseline"], bleu["system"]),
             "baseline_differences": differences["baseline"],
             "system_differences": differences["system"],
@@ -273,6 +273,8 @@ def difference_notes(result: dict[str, Any]) -> list[str]:
 
 
 def format_comparison(result: dict[str, Any]) -> str:
+    from normzoo.sweep.significance import equivalence_line
+
     difference, better = direction(result)
     lines = [_side(side, result[f"{side}_seed_bleu"], result[f"{side}_precision"],
                    result[f"{side}_device"]) for side in ("baseline", "system")]
@@ -296,8 +298,11 @@ def format_comparison(result: dict[str, Any]) -> str:
                      f"{result['p_value']:.4f}; BLEU {result['baseline_bleu']:.2f} vs "
                      f"{result['system_bleu']:.2f} (95% CI of the difference ± "
                      f"{result['difference_ci']:.2f})")
-    lines += [f"{result['verdict']}: {result['reason']}", result["signature"]]
-    return "\n".join(lines)
+    lines.append(f"{result['verdict']}: {result['reason']}")
+    lines += [line for line in [equivalence_line(
+        result, "BLEU", {*result["baseline_precision"], *result["system_precision"]} - {""},
+        {*result["baseline_device"], *result["system_device"]} - {""})] if line]
+    return "\n".join([*lines, result["signature"]])
 
 
 def with_direction(result: dict[str, Any]) -> dict[str, Any]:

@@ -31,9 +31,11 @@ def _test_loss(run_dir: Path) -> tuple[float, str]:
     return float(test["loss"]), str(test.get("split"))
 
 
-def compare_lm_runs(baselines: list[Path], systems: list[Path]) -> dict[str, Any]:
+def compare_lm_runs(baselines: list[Path], systems: list[Path],
+                    margin: float | None = None) -> dict[str, Any]:
     """Compare language-model ``systems`` with ``baselines`` (one run per seed a side): each
-    run's test loss and precision, Welch's t-test over the runs and the verdict."""
+    run's test loss and precision, the seeds' t-test (paired where the seeds match) and the
+    verdict; with a ``margin`` (nats/token), whether the two are equal within it."""
     from normzoo.sweep.compare import run_recipe
 
     recipes = {"baseline": [run_recipe(d) for d in baselines],
@@ -79,7 +81,7 @@ def compare_lm_runs(baselines: list[Path], systems: list[Path]) -> dict[str, Any
             "baseline_precision": precision["baseline"],
             "system_precision": precision["system"],
             "baseline_device": device["baseline"], "system_device": device["system"],
-            **seed_test(loss["baseline"], loss["system"], paired),
+            **seed_test(loss["baseline"], loss["system"], paired, margin),
             "baseline_differences": setting_differences(recipes["baseline"]),
             "system_differences": setting_differences(recipes["system"]),
             "welch_p": welch_p(loss["baseline"], loss["system"]),
@@ -103,7 +105,7 @@ def lm_direction(result: dict[str, Any]) -> tuple[float, str | None]:
 
 def format_lm_comparison(result: dict[str, Any]) -> str:
     from normzoo.sweep.compare import difference_notes, kinds, seed_line
-    from normzoo.sweep.significance import mean_sd
+    from normzoo.sweep.significance import equivalence_line, mean_sd
 
     lines = []
     for side in ("baseline", "system"):
@@ -121,4 +123,7 @@ def format_lm_comparison(result: dict[str, Any]) -> str:
                  "nats/token" if lower else "the same test loss: neither is lower")
     lines.append(seed_line(result, "test loss", digits=4))
     lines.append(f"{result['verdict']}: {result['reason']}")
-    return "\n".join(lines)
+    equal = equivalence_line(
+        result, "nats/token", {*result["baseline_precision"], *result["system_precision"]} - {""},
+        {*result["baseline_device"], *result["system_device"]} - {""})
+    return "\n".join([*lines, equal] if equal else lines)

@@ -88,17 +88,66 @@ def seed_interval(baseline: Sequence[float], system: Sequence[float], paired: bo
     return float(found.low), float(found.high)
 
 
+def equivalence_p(baseline: Sequence[float], system: Sequence[float], margin: float | None,
+                  paired: bool) -> float | None:
+    """Two one-sided tests (TOST, Schuirmann 1987) that the difference of the means lies within
+    ``± margin``: the larger p-value of the seeds' t-test (paired or Welch's) against a
+    difference of ``-margin`` (alternative: greater) and of ``+margin`` (alternative: less).
+    Below :data:`ALPHA` exactly when the 90% interval of the difference lies inside the margin.
+    Only this says "no difference" (as "equal within the margin"); a *not shown* never does.
+    None without a margin or where the seeds' test has nothing to say."""
+    if margin is None or (paired_t_p if paired else welch_p)(baseline, system) is None:
+        return None
+    from scipy.stats import ttest_ind, ttest_rel
+
+    def one_sided(shift: float, alternative: str) -> float:
+        moved = [value - shift for value in system]
+        test = (ttest_rel(moved, baseline, alternative=alternative) if paired else
+                ttest_ind(moved, baseline, equal_var=False, alternative=alternative))
+        return float(test.pvalue)
+
+    return max(one_sided(-margin, "greater"), one_sided(margin, "less"))
+
+
+def equivalence_verdict(p: float | None, seeds: int, precisions: Collection[str] = (),
+                        devices: Collection[str] = (), alpha: float = ALPHA) -> str:
+    """"Equal within the margin" is held to the rule a difference is: *shown* only below
+    ``alpha`` with :data:`MIN_SEEDS` runs a side or more, of one precision and one device kind;
+    below ``alpha`` otherwise *indicated*; else *not shown*."""
+    if p is None or p >= alpha:
+        return NOT_SHOWN
+    one_kind = len(set(precisions)) <= 1 and len(set(devices)) <= 1
+    return SHOWN if seeds >= MIN_SEEDS and one_kind else INDICATED
+
+
+def holm(p_values: Sequence[float | None], alpha: float = ALPHA) -> list[bool]:
+    """Which of ``p_values`` Holm's step-down correction keeps below ``alpha`` when all of them
+    are tested together (a page that leans on several verdicts says which survive it); None
+    (nothing to test) is never kept and is not counted among the tests."""
+    tested = [i for i, p in enumerate(p_values) if p is not None]
+    order = sorted(tested, key=lambda i: p_values[i])
+    kept = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] >= alpha / (len(order) - rank):
+            break
+        kept[i] = True
+    return kept
+
+
 def seed_order(seeds: list[Any]) -> list[int]:
     """The positions of a side's runs in the order of their seeds, to pair seed with seed."""
     return sorted(range(len(seeds)), key=lambda i: str(seeds[i]))
 
 
-def seed_test(baseline: list[float], system: list[float], paired: bool) -> dict[str, Any]:
+def seed_test(baseline: list[float], system: list[float], paired: bool,
+              margin: float | None = None) -> dict[str, Any]:
     """The seeds' test chosen, named, its p-value and the 95% interval of the difference of the
-    means (None: fewer than two runs a side, or no variance to test)."""
+    means (None: fewer than two runs a side, or no variance to test); with a ``margin``, the
+    equivalence test's p-value against it (:func:`equivalence_p`)."""
     return {"seed_test": PAIRED_T if paired else WELCH, "paired": paired,
             "seed_p": paired_t_p(baseline, system) if paired else welch_p(baseline, system),
-            "seed_interval": seed_interval(baseline, system, paired)}
+            "seed_interval": seed_interval(baseline, system, paired), "margin": margin,
+            "equivalence_p": equivalence_p(baseline, system, margin, paired)}
 
 
 PAIRED_T = "paired t-test (the same seeds on both sides)"
@@ -186,3 +235,21 @@ def p_text(value: float | None) -> str:
     if value is None:
         return "–"
     return "0" if value == 0 else f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
+
+
+def equivalence_line(result: dict[str, Any], unit: str, precisions: Collection[str] = (),
+                     devices: Collection[str] = ()) -> str | None:
+    """The report's line on equality: the equivalence test against the margin given, or, for a
+    *not shown* without one, that it is no finding of "no difference"."""
+    margin, p = result.get("margin"), result.get("equivalence_p")
+    if margin is None:
+        return None if result["verdict"] != NOT_SHOWN else (
+            "not shown is not \"no difference\": the interval above is what the seeds leave "
+            "open; --margin M tests whether the two are equal within ± M")
+    if p is None:
+        return f"equal within ± {margin:g} {unit}: nothing to test (no spread, or one run a side)"
+    seeds = min(len(v) for k, v in result.items() if k.endswith("_seed_bleu")
+                or k.endswith("_seed_loss"))
+    label = equivalence_verdict(p, seeds, precisions, devices)
+    return (f"equal within ± {margin:g} {unit}: {label} (two one-sided tests, "
+            f"{'paired t' if result['paired'] else 'Welch'}, p = {p_text(p)})")
