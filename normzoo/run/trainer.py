@@ -31,6 +31,7 @@ from normzoo.models.layers import DecoderLayer, EncoderLayer
 from normzoo.recipe import Recipe
 from normzoo.run.callbacks import (
     AtomicCheckpointIO,
+    BetweenEpochs,
     FlushLogsOnCheckpoint,
     HistoryCSVLogger,
     KeptOpenTensorBoardLogger,
@@ -120,7 +121,7 @@ class RunCallbacks:
         rolling = RollingCheckpoints(checkpoints, t.keep_checkpoints)
         stop = StopOnSignal(rolling, t.slurm_requeue)
         # A run resumed from another folder keeps its best checkpoints (RelocateCheckpoints).
-        listed: list[Callback] = [best, RelocateCheckpoints(best), rolling, stop,
+        listed: list[Callback] = [best, RelocateCheckpoints(best), BetweenEpochs(), rolling, stop,
                                   FlushLogsOnCheckpoint(), StepLearningRate(),
                                   TrainingThroughput(), ValidateAtMaxSteps()]
         if t.patience is not None:

@@ -6,7 +6,8 @@ This package imports Lightning (and torch) when it is imported; the CLI imports
 :mod:`normzoo.run` only inside its commands, which keeps ``normzoo --help`` quick.
 
 * :mod:`~normzoo.run.callbacks.checkpoints` — :class:`RollingCheckpoints`,
-  :class:`ValidateAtMaxSteps`, :class:`RelocateCheckpoints`, :class:`AtomicCheckpointIO`.
+  :class:`ValidateAtMaxSteps`, :class:`RelocateCheckpoints`, :class:`BetweenEpochs`,
+  :class:`AtomicCheckpointIO`.
 * :mod:`~normzoo.run.callbacks.signals` — :class:`StopOnSignal`.
 * :mod:`~normzoo.run.callbacks.logs` — :class:`HistoryCSVLogger`,
   :class:`KeptOpenTensorBoardLogger`, :class:`FlushLogsOnCheckpoint`,
@@ -15,6 +16,7 @@ This package imports Lightning (and torch) when it is imported; the CLI imports
 
 from normzoo.run.callbacks.checkpoints import (
     AtomicCheckpointIO,
+    BetweenEpochs,
     RelocateCheckpoints,
     RollingCheckpoints,
     ValidateAtMaxSteps,
@@ -29,6 +31,7 @@ from normzoo.run.callbacks.logs import (
 )
 from normzoo.run.callbacks.signals import StopOnSignal
 
-__all__ = ["AtomicCheckpointIO", "FlushLogsOnCheckpoint", "HistoryCSVLogger", "HistoryWriter",
-           "KeptOpenTensorBoardLogger", "RelocateCheckpoints", "RollingCheckpoints",
-           "StepLearningRate", "StopOnSignal", "TrainingThroughput", "ValidateAtMaxSteps"]
+__all__ = ["AtomicCheckpointIO", "BetweenEpochs", "FlushLogsOnCheckpoint", "HistoryCSVLogger",
+           "HistoryWriter", "KeptOpenTensorBoardLogger", "RelocateCheckpoints",
+           "RollingCheckpoints", "StepLearningRate", "StopOnSignal", "TrainingThroughput",
+           "ValidateAtMaxSteps"]

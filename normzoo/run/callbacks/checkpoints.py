@@ -6,6 +6,7 @@ moved run finds them.
 * :class:`ValidateAtMaxSteps` validates, and so checkpoints, after the last step;
 * :class:`RelocateCheckpoints` moves the best-checkpoint state of a run resumed from another
   folder (:mod:`normzoo.checkpoints.relocate`);
+* :class:`BetweenEpochs` records a state saved between two epochs as the next epoch's start;
 * :class:`AtomicCheckpointIO` writes every checkpoint whole or not at all
   (:mod:`normzoo.io.atomic`).
 """
@@ -131,6 +132,30 @@ class RelocateCheckpoints(Callback):
                        f"{', '.join(Path(p).name for p in missing)} "
                        f"{'are' if len(missing) > 1 else 'is'} not there and left out",
                        err=True)
+
+
+class BetweenEpochs(Callback):
+    """A checkpoint written between two epochs (a stop signal at an epoch's last batch, which
+    Lightning acts on only once the epoch has ended; the state saved when ``fit`` returns)
+    records no batch of the next epoch as done.
+
+    Lightning clears the epoch's batch count when the next epoch starts, so such a state still
+    counts the ended epoch's batches; a resume read them as the next epoch's, fetched that many
+    fewer batches in it and moved on to the following epoch early (a 3-batch epoch stopped at
+    its last batch: the resumed run trained one batch of the next and then the one after's,
+    its losses apart from step 10 on). Mid-epoch states are left as they are.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        fit = checkpoint.get("loops", {}).get("fit_loop")
+        if not fit:
+            return
+        epochs = fit["epoch_progress"]["total"]
+        if epochs["ready"] != epochs["completed"]:  # an epoch in flight: mid-epoch
+            return
+        batches = fit["epoch_loop.batch_progress"]
+        batches["current"] = dict.fromkeys(batches["current"], 0)
+        batches["is_last_batch"] = False
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -229,6 +229,27 @@ class TrainingThroughput(ThroughputMonitor):
             for throughput in self._throughputs.values():
                 throughput.available_flops = peak[0]
 
+    def state_dict(self) -> dict[str, Any]:
+        """Training's counters and time at the checkpoint: a resumed run's ``train/batches``,
+        ``train/samples``, ``train/lengths`` and ``train/time`` go on from them rather than
+        from zero."""
+        stage = RunningStage.TRAINING
+        times = self._throughputs[stage]._time if stage in self._throughputs else ()
+        return {"batches": self._batches.get(stage, 0), "samples": self._samples.get(stage, 0),
+                "lengths": self._lengths.get(stage, 0), "time": times[-1] if times else 0.0}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resumed = dict(state_dict)
+
+    def on_train_start(self, trainer: Any, *args: Any) -> None:
+        super().on_train_start(trainer, *args)
+        resumed, self._resumed = getattr(self, "_resumed", None), None
+        if resumed and trainer.is_global_zero:
+            stage = RunningStage.TRAINING
+            for name in ("batches", "samples", "lengths"):
+                getattr(self, f"_{name}")[stage] = resumed[name]
+            self._t0s[stage] -= resumed["time"]  # the clock reads the time trained before too
+
     def _compute(self, trainer, iter_num: int | None = None) -> None:
         if trainer.state.stage == RunningStage.TRAINING:
             super()._compute(trainer, iter_num)
