@@ -12,12 +12,16 @@ seeds a cell. **Collect** copies each finished cell's files into ``docs/study-ll
 the report from those files alone, so every number in it is in the repository.
 
 Each scheme is judged against Pre-LN of its group by :func:`normzoo.sweep.significance.judge` on
-the per-seed test losses: a difference is *shown* only with three seeds a side or more and
-Welch's t-test below 0.05, else at most *indicated*. The runs keep no per-token test losses, so it
-is called with ``sentence_test=False``: the seeds' test decides alone, and the report says that
-the test set's noise is not tested apart from it. Each verdict is its own test at 0.05; the
-report also says which of the shown differences Holm's correction for the comparisons of a part
-made together keeps.
+the per-seed test losses. Every cell of a group ran seeds 1-3, and a seed fixes the order the
+data comes in under every scheme, so the seeds' test is the paired t-test (seed with
+seed, as ``normzoo compare`` pairs them; Welch's only where the seeds differ); a difference is
+*shown* only with three seeds a side or more, one precision and one device kind (as the runs
+recorded them) and that test below 0.05, else at most *indicated*. The runs keep no per-token
+test losses, so it is called with ``sentence_test=False``: the seeds' test decides alone. Each
+verdict carries the 95% interval of the difference; equality is claimed only by the equivalence
+test (TOST) against :data:`study_llama_text.MARGIN`. Each verdict is its own test at 0.05; a
+column says which Holm's correction over the comparisons of a part made together keeps, and
+only those are in bold.
 """
 
 from __future__ import annotations
@@ -25,18 +29,36 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from study_files import as_float, copy_cells, curve, mean_sd, pyplot, read_csv, read_json
 from study_files import training_minutes as minutes_of
 from study_llama_plan import DATASETS, GROUPS, SCHEMES, SEED_RUNS, SWEEPS
-from study_llama_text import cost_table, first_part, second_part
+from study_llama_text import (
+    MARGIN,
+    cost_table,
+    first_part,
+    holm_cell,
+    second_part,
+    short_p,
+    summary_lines,
+    verdict_cell,
+)
 
-from normzoo.sweep import significance
-from normzoo.sweep.significance import INDICATED, NOT_SHOWN, SHOWN, judge, welch_p
-
-ALPHA, MIN_SEEDS = significance.ALPHA, significance.MIN_SEEDS
+from normzoo.sweep.significance import (
+    equivalence_p,
+    equivalence_verdict,
+    holm,
+    judge,
+    paired_t_p,
+    same_seeds,
+    seed_interval,
+    seed_order,
+    welch_p,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "study-llama" / "data"
@@ -63,6 +85,11 @@ class Cell:
 
     def __init__(self, group: str, folder: Path) -> None:
         record, summary = read_json(folder / "cell.json"), read_json(folder / "summary.json")
+        recipe = (folder / "recipe.yaml").read_text(encoding="utf-8") \
+            if (folder / "recipe.yaml").is_file() else ""
+        trainer = (yaml.safe_load(recipe) or {}).get("trainer") or {}
+        self.precision = str(trainer.get("precision") or "")  # as the run saved its recipe
+        self.device = str((summary.get("machine") or {}).get("device") or "")  # "": unrecorded
         self.group, self.name = group, folder.name
         self.scheme = residual_name(record.get("model.residual", ""))
         self.key = (self.scheme, bool(record.get("model.qk_norm")))
@@ -109,111 +136,113 @@ def _stat(values: list[float | None], digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {sd:.{digits}f}" if len(kept) > 1 else f"{mean:.{digits}f}"
 
 
-def _p(value: float | None) -> str:
-    return "–" if value is None else f"{value:.4f}" if value >= 1e-3 else f"{value:.1e}"
+@dataclass
+class Found:
+    """One scheme against its group's Pre-LN: the direction of the difference, judge's label,
+    the seeds' test (paired or Welch's) and its p, the difference of the mean test losses and
+    its 95% interval, the equivalence test against MARGIN, and whether Holm keeps it."""
+
+    group: str
+    name: str
+    direction: str
+    label: str
+    paired: bool
+    p: float | None
+    diff: float
+    interval: tuple[float, float] | None
+    equal_p: float | None
+    equal: str
+    holm: bool = False
 
 
-def verdict(pre: list[float], losses: list[float]) -> tuple[str, str, float | None]:
-    """The verdict on a scheme's per-seed test losses against Pre-LN's: lower or higher test
-    loss, judge's label (shown / indicated / not shown) and Welch's p."""
-    found = judge(pre, losses, None, sentence_test=False)
-    direction = ("lower test loss" if statistics.fmean(losses) < statistics.fmean(pre)
-                 else "higher test loss")
-    return direction, found.label, welch_p(pre, losses)
+def verdict(pre: list[float], losses: list[float], paired: bool = False,
+            precisions: Sequence[str] = (), devices: Sequence[str] = (), group: str = "",
+            name: str = "") -> Found:
+    """The verdict on a scheme's per-seed test losses against Pre-LN's (``paired``: given seed
+    by seed in the same order): lower or higher test loss, judge's label, the seeds' p, the
+    interval of the difference and whether the two are equal within MARGIN."""
+    found = judge(pre, losses, None, precisions, sentence_test=False, devices=devices,
+                  paired=paired)
+    equal_p = equivalence_p(pre, losses, MARGIN, paired)
+    return Found(group, name, "lower test loss" if statistics.fmean(losses)
+                 < statistics.fmean(pre) else "higher test loss", found.label, paired,
+                 (paired_t_p if paired else welch_p)(pre, losses),
+                 statistics.fmean(losses) - statistics.fmean(pre),
+                 seed_interval(pre, losses, paired), equal_p,
+                 equivalence_verdict(equal_p, min(len(pre), len(losses)), precisions, devices))
 
 
-def _words(direction: str, label: str, p: float | None) -> str:
-    return f"{direction}: {'**' + label + '**' if label == SHOWN else label} (Welch p = {_p(p)})"
+def compare(group: str, name: str, pre: list[Cell], mine: list[Cell]) -> Found:
+    """``mine`` against ``pre``, paired seed with seed where both ran the same seeds."""
+    pre, mine = ([c for c in side if c.test_loss is not None] for side in (pre, mine))
+    paired = same_seeds([c.seed for c in pre], [c.seed for c in mine])
+    if paired:
+        pre, mine = ([side[i] for i in seed_order([c.seed for c in side])]
+                     for side in (pre, mine))
+    both = pre + mine
+    return verdict([c.test_loss for c in pre], [c.test_loss for c in mine], paired,
+                   [c.precision for c in both if c.precision],
+                   [c.device for c in both if c.device], group, name)
 
 
 def _losses(cells: list[Cell], key: tuple[str, bool]) -> list[float]:
     return [c.test_loss for c in cells if c.key == key and c.test_loss is not None]
 
 
-def verdicts(cells: list[Cell], part: str = "first"
-             ) -> list[tuple[str, str, str, str, float | None, float]]:
-    """(group, scheme's label, direction, verdict, Welch p, mean test loss minus Pre-LN's) for
-    every scheme of ``part`` against its group's Pre-LN where both have a test loss."""
+def verdicts(cells: list[Cell], part: str = "first") -> list[Found]:
+    """Every scheme of ``part`` against its group's Pre-LN where both have a test loss, with
+    whether Holm's correction over all of them (the part's comparisons) keeps each."""
     groups, schemes = PARTS[part]
     out = []
     for group in groups:
         mine = [c for c in cells if c.group == group]
-        pre = _losses(mine, BASELINE)
+        pre = [c for c in mine if c.key == BASELINE]
         for label, scheme, qk in schemes:
-            losses = _losses(mine, (scheme, qk))
-            if (scheme, qk) != BASELINE and pre and losses:
-                out.append((group, label, *verdict(pre, losses),
-                            statistics.fmean(losses) - statistics.fmean(pre)))
+            theirs = [c for c in mine if c.key == (scheme, qk)]
+            if (scheme, qk) != BASELINE and _losses(pre, BASELINE) \
+                    and _losses(theirs, (scheme, qk)):
+                out.append(compare(group, label, pre, theirs))
+    for found, kept in zip(out, holm([f.p for f in out]), strict=True):
+        found.holm = kept
     return out
 
 
-def holm(p_values: list[float], alpha: float = ALPHA) -> list[bool]:
-    """Which of ``p_values`` Holm's step-down correction keeps below ``alpha`` when all of them
-    are tested at once."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    kept = [False] * len(p_values)
-    for rank, i in enumerate(order):
-        if p_values[i] >= alpha / (len(p_values) - rank):
-            break
-        kept[i] = True
-    return kept
+def _tested(found: list[Found]) -> int:
+    """How many comparisons Holm's correction counts: those the seeds' test has a p for."""
+    return sum(f.p is not None for f in found)
 
 
 def summary(cells: list[Cell], part: str = "first") -> list[str]:
-    """What the verdicts of ``part`` show, group by group, and how many of the shown
-    differences would stand were the comparisons corrected for being made together (Holm)."""
+    """What the verdicts of ``part`` show, scheme by scheme, with Holm's correction and the
+    equivalence test (study_llama_text.summary_lines)."""
     found = verdicts(cells, part)
-    if not found:
-        return ["Pending."]
-    lines = []
-    for group in PARTS[part][0]:
-        mine = [f for f in found if f[0] == group]
-        parts = []
-        for label in (SHOWN, INDICATED, NOT_SHOWN):
-            for direction in ("lower test loss", "higher test loss"):
-                names = [f"{name} ({diff:+.3f} nats, Welch p = {_p(p)})"
-                         for _, name, d, v, p, diff in mine if (v, d) == (label, direction)]
-                if names:
-                    parts.append(f"{direction} than Pre-LN {label}: {', '.join(names)}")
-        if parts:
-            lines.append(f"- **{GROUPS.get(group, group)}**: {'; '.join(parts)}.")
-    tested = [f for f in found if f[4] is not None]
-    shown = [f for f in tested if f[3] == SHOWN]
-    if shown:
-        kept = holm([f[4] for f in tested])
-        survivors = [f"{f[1]} on {GROUPS.get(f[0], f[0])}"
-                     for f, k in zip(tested, kept, strict=True) if k and f[3] == SHOWN]
-        chance = 1 - (1 - ALPHA) ** len(tested)
-        lines += ["", f"Each verdict is its own test at {ALPHA}. Were no scheme different from "
-                  f"Pre-LN, at least one of these {len(tested)} comparisons would pass by "
-                  f"chance about {chance:.0%} of the time (for independent tests); Holm's "
-                  f"correction for making them together keeps {len(survivors)} of the "
-                  f"{len(shown)} shown: {', '.join(survivors) or 'none'}."
-                  + (" The others pass the rule's test on its own, not the correction."
-                     if len(survivors) < len(shown) else "")]
-    return lines
+    return summary_lines(found, PARTS[part][1], GROUPS) if found else ["Pending."]
 
 
-def table(cells: list[Cell], schemes: list[tuple[str, str, bool]] = FIRST_SCHEMES
-          ) -> list[str]:
-    lines = ["| scheme | seeds | test loss | test perplexity | minus Pre-LN (loss) | verdict | "
-             "last train loss | grad norm last/first, init | stream norm last/first, end | "
-             "cos(in, out) mean, end | steps, stopped | training min |", "|" + "---|" * 12]
-    pre = _losses(cells, BASELINE)
+def table(cells: list[Cell], schemes: list[tuple[str, str, bool]] = FIRST_SCHEMES,
+          found: Sequence[Found] = (), tests: int = 0) -> list[str]:
+    """One group's table; ``found``: its verdicts, from the part's ``tests`` comparisons."""
+    lines = ["| scheme | seeds | test loss | test perplexity | minus Pre-LN (loss) | verdict "
+             "(95% interval of the difference) | Holm over the part's "
+             f"{tests} comparisons | equal within ± {MARGIN:g} nats (TOST) | last train loss | "
+             "grad norm last/first, init | stream norm last/first, end | cos(in, out) mean, "
+             "end | steps, stopped | training min |", "|" + "---|" * 14]
+    by_name = {f.name: f for f in found}
     for label, scheme, qk in schemes:
         mine = [c for c in cells if c.key == (scheme, qk)]
         if not mine:
-            lines.append(f"| {label} | 0 | pending | | | | | | | | | |")
+            lines.append(f"| {label} | 0 | pending |" + " |" * 11)
             continue
         losses = _losses(mine, (scheme, qk))
-        diff, words = "–", "–"
-        if (scheme, qk) != BASELINE and losses and pre:
-            diff = f"{statistics.fmean(losses) - statistics.fmean(pre):+.3f}"
-            words = _words(*verdict(pre, losses))
+        diff, words, kept, equal = "–", "–", "–", "–"
+        if label in by_name:
+            one = by_name[label]
+            diff, words, kept = f"{one.diff:+.3f}", verdict_cell(one), holm_cell(one)
+            equal = f"{one.equal} (p = {short_p(one.equal_p)})" if one.equal_p is not None else "–"
         stops = sorted({f"{c.steps}, {c.stopped.split(':')[0]}" for c in mine})
         lines.append(
             f"| {label} | {len(mine)} | {_stat(losses)} | "
-            f"{_stat([c.test_ppl for c in mine], 2)} | {diff} | {words} | "
+            f"{_stat([c.test_ppl for c in mine], 2)} | {diff} | {words} | {kept} | {equal} | "
             f"{_stat([c.train_loss for c in mine])} | "
             f"{_stat([c.ratio('grad_norm', 'init') for c in mine], 2)} | "
             f"{_stat([c.ratio('stream_norm', 'final') for c in mine], 2)} | "
@@ -260,14 +289,18 @@ def render(cells: list[Cell]) -> str:
         "(`docs/study-llama/data/`); do not edit by hand.*", "",
         *first_part(len(first), sum(c.minutes or 0.0 for c in first) / 60, SEEDS), "",
     ]
+    found = verdicts(cells, "first")
     for name, (what, _) in DATASETS.items():
         lines += [f"## {name}", "", f"{what[0].upper()}{what[1:]}.", "",
-                  *table([c for c in first if c.group == name]), ""]
+                  *table([c for c in first if c.group == name], FIRST_SCHEMES,
+                         [f for f in found if f.group == name], _tested(found)), ""]
     lines += ["## What the verdicts show", "", *summary(cells, "first"), ""]
     lines += [*second_part(len(second), sum(c.minutes or 0.0 for c in second) / 60), ""]
+    found = verdicts(cells, "second")
     for group, name in GROUPS.items():
-        lines += [f"## {name}", "", *table([c for c in second if c.group == group], SCHEMES),
-                  ""]
+        lines += [f"## {name}", "", *table([c for c in second if c.group == group], SCHEMES,
+                                           [f for f in found if f.group == group],
+                                           _tested(found)), ""]
     lines += ["## What the second part's verdicts show", "", *summary(cells, "second"), ""]
     lines += ["## What each scheme costs per step", "", *cost_table(), ""]
     lines += ["## Plots", "", *[f"{caption} (seed 1 solid, 2 dashed, 3 dotted):\n\n"

@@ -1,5 +1,6 @@
-"""The Llama-style decoder study's fixed text: how each part ran, and the cost table, which
-``study_llama.py`` puts around its tables and verdicts."""
+"""The Llama-style decoder study's text: how each part ran, the rule, the words of a verdict, the
+summary of a part's verdicts and the cost table, which ``study_llama.py`` puts around its
+tables."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from study_llama_plan import (
 )
 
 from normzoo.sweep import significance
+from normzoo.sweep.significance import INDICATED, SHOWN
+
+# Equal within ± MARGIN nats/token (TOST) is the only "no difference" the page says: e^0.02 is
+# about 2% in perplexity, smaller than every difference the page shows (the smallest, +0.026).
+MARGIN = 0.02
 
 ROOT = Path(__file__).resolve().parent.parent
 COSTS = ROOT / "benchmarks" / "results" / "scheme_cost-cpu.json"
@@ -32,14 +38,91 @@ _MODEL = (f"[`{RECIPE}`](../{RECIPE}) builds on [`recipes/gpt_llama.yaml`](../re
           "0), about 2k tokens per update, 800 updates, validation every 200, the best "
           "checkpoint scored on the test split; bf16-mixed.")
 _RULE = ("Rule: each scheme is judged against Pre-LN on the per-seed test losses "
-         "([`normzoo.sweep.significance`](../normzoo/sweep/significance.py)): a difference is "
-         f"*shown* only with {significance.MIN_SEEDS} seeds a side or more and Welch's t-test "
-         f"below {significance.ALPHA}; with fewer seeds, at most *indicated*. The runs keep no "
-         "per-token test losses, so no paired bootstrap tests the test set's noise apart from "
-         "the seeds': the seeds' test decides alone. 800 updates at this size "
-         "is a short-horizon comparison, not the papers' scale (they train 100M–7B models for "
-         "billions of tokens): a verdict here says what these runs show, not how the schemes "
-         "rank at scale.")
+         "([`normzoo.sweep.significance`](../normzoo/sweep/significance.py)). Every scheme "
+         "ran Pre-LN's seeds, and a seed fixes the order the data comes in under every "
+         "scheme, so the seeds' test is the paired t-test, seed with seed (Welch's only "
+         "where the seeds differ), as `normzoo compare` pairs them. A difference is *shown* "
+         f"only with {significance.MIN_SEEDS} seeds a side or more, one precision and one "
+         "device kind as the runs recorded them, and that test below "
+         f"{significance.ALPHA}; otherwise at most *indicated*. The runs keep no per-token "
+         "test losses, so no paired bootstrap tests the test set's noise apart from the "
+         "seeds': the seeds' test decides alone. Each verdict gives the 95% interval of the "
+         "difference (the scheme's mean test loss minus Pre-LN's): a *not shown* is not \"no "
+         "difference\", the interval is what the seeds leave open. Only the equivalence test "
+         "(two one-sided t-tests of the same kind, TOST) says two schemes are equal, within "
+         f"± {MARGIN:g} nats/token (about 2% in perplexity, smaller than every difference "
+         "shown here), under the same rule. Each verdict is its own test at "
+         f"{significance.ALPHA}; the Holm column says whether Holm's correction over the "
+         "part's comparisons made together keeps it, and only what it keeps is in bold. 800 "
+         "updates at this size is a short-horizon comparison, not the papers' scale (they "
+         "train 100M–7B models for billions of tokens): a verdict here says what these runs "
+         "show, not how the schemes rank at scale.")
+
+
+def short_p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}" if value >= 1e-3 else f"{value:.1e}"
+
+
+def _interval(found) -> str:
+    if found.interval is None:
+        return "no interval (fewer than two seeds a side, or no spread)"
+    return f"95% interval {found.interval[0]:+.3f} to {found.interval[1]:+.3f}"
+
+
+def _test(found) -> str:
+    return f"{'paired t' if found.paired else 'Welch'} p = {short_p(found.p)}"
+
+
+def verdict_cell(found) -> str:
+    """A verdict in a table's row: bold only where shown and kept by Holm's correction."""
+    label = f"**{found.label}**" if found.label == SHOWN and found.holm else found.label
+    return f"{found.direction}: {label} ({_test(found)}; {_interval(found)})"
+
+
+def holm_cell(found) -> str:
+    """Whether Holm's correction keeps a shown verdict; nothing to keep otherwise."""
+    return ("kept" if found.holm else "not kept") if found.label == SHOWN else "–"
+
+
+def _said(found) -> str:
+    """A verdict in a sentence, with the seeds' test, the interval and, where no difference is
+    shown, the equivalence test."""
+    label = (f"**{SHOWN}**, kept by Holm" if found.holm else
+             f"{SHOWN} on its own test, not kept by Holm") if found.label == SHOWN else \
+        found.label
+    equal = (f"; equal within ± {MARGIN:g} nats: {found.equal}, TOST p = "
+             f"{short_p(found.equal_p)}" if found.label != SHOWN and found.equal_p is not None
+             else "")
+    return (f"{found.direction} {label} ({found.diff:+.3f} nats, {_interval(found)}, "
+            f"{_test(found)}{equal})")
+
+
+def summary_lines(found: list, schemes: list[tuple[str, str, bool]],
+                  groups: dict[str, str]) -> list[str]:
+    """A part's verdicts scheme by scheme across its groups, then what Holm's correction keeps
+    and what the equivalence test finds."""
+    lines = []
+    for name, _, _ in schemes:
+        mine = [f for f in found if f.name == name]
+        if mine:
+            lines.append(f"- **{name}** against Pre-LN: " + "; ".join(
+                f"{groups.get(f.group, f.group)}: {_said(f)}" for f in mine) + ".")
+    tested = [f for f in found if f.p is not None]
+    shown = [f for f in tested if f.label == SHOWN]
+    dropped = [f"{f.name} on {groups.get(f.group, f.group)}" for f in shown if not f.holm]
+    equal = [f"{f.name} on {groups.get(f.group, f.group)}" for f in found
+             if f.equal in (SHOWN, INDICATED)]
+    chance = 1 - (1 - significance.ALPHA) ** len(tested)
+    lines += ["", f"Each verdict is its own test at {significance.ALPHA}. Were no scheme "
+              f"different from Pre-LN, at least one of these {len(tested)} comparisons would "
+              f"pass by chance about {chance:.0%} of the time (for independent tests); Holm's "
+              f"correction for making them together keeps {len(shown) - len(dropped)} of the "
+              f"{len(shown)} shown" + (f"; it does not keep {', '.join(dropped)}, shown on "
+                                       "its own test only." if dropped else ".")]
+    lines += ["", f"Equal to Pre-LN within ± {MARGIN:g} nats/token (TOST): "
+              + (", ".join(equal) if equal else "none") + ". A *not shown* is not \"no "
+              "difference\": its 95% interval is the difference these seeds leave open."]
+    return lines
 
 
 def _commands(command_text: str) -> str:

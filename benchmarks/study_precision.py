@@ -12,15 +12,19 @@ files alone, so every number in it is in the repository. Cells not yet run show 
 The sweeps are ``study_precision_plan.py``'s, the verdicts ``study_precision_verdicts.py``'s
 and the figure ``study_precision_plots.py``'s.
 
-The verdict is :func:`normzoo.sweep.significance.judge` on each reading's per-seed values, fp32
-against bf16-mixed: a precision effect is *shown* only with three seeds a side or more, Welch's
-t-test below 0.05 and, for BLEU, the paired bootstrap of the pooled test translations below 0.05
-too. The cells kept no test translations (``docs/precision/data`` has none), so no bootstrap can
-be run: a BLEU difference is at most *indicated*, and the validation loss (no per-sentence
-values) is judged by the seeds' test alone. At 18+18 there is one seed a precision, which can
-neither show nor rule out a precision effect, and where a scheme fails in both precisions
-(BLEU under FAILED_BLEU) no precision effect can be seen at all; the report says so rather than
-reading those cells against the 6+6 spread.
+These are the short protocol's runs (the recipe's 1,000 updates, a 200-step warm-up, cosine
+decay): what bf16-mixed does over a short, fixed run, not at convergence.
+
+Both precisions ran the same seeds, so each reading's verdict is
+:func:`normzoo.sweep.significance.judge` with the paired t-test, fp32 against bf16-mixed; BLEU is
+at most *indicated*, since its sentence-level test (the hierarchical bootstrap) needs the test
+translations the cells did not keep, and the validation loss (no per-sentence values) is judged
+by the seeds' test alone. Every verdict carries the 95% interval of the difference, "equal" is
+said only by the equivalence test (TOST) against stated margins, and a column says whether Holm's
+correction over the table's tests keeps each verdict (``study_precision_verdicts.py``). At 18+18
+there is one seed a precision: at most indicated, and without a sentence-level test nothing, and
+where a scheme fails in both precisions (BLEU under FAILED_BLEU) no precision effect can be seen
+at all; the report says so rather than reading those cells against the 6+6 spread.
 """
 
 from __future__ import annotations
@@ -34,9 +38,16 @@ from pathlib import Path
 from study_files import as_float, copy_cells, curve, fmt, read_csv, training_minutes
 from study_precision_plan import COMMANDS, DEPTH, PRECISIONS, RECIPE, SCHEMES, SEEDS, STUDIES
 from study_precision_plots import plot_losses
-from study_precision_verdicts import _ms, failed, group, verdict_lines
-
-from normzoo.sweep.significance import NOT_SHOWN
+from study_precision_verdicts import (
+    BLEU_MARGIN,
+    LOSS_MARGIN,
+    _ms,
+    comparisons,
+    deep_text,
+    findings,
+    group,
+    table_lines,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "precision" / "data"
@@ -77,6 +88,8 @@ class Cell:
         test = summary.get("test", {})
         self.greedy = _float(test.get("greedy_bleu"))
         self.signature = test.get("signature", "")
+        machine = summary.get("machine")  # the device kind, where the run recorded it
+        self.device = str(machine.get("device") or "") if isinstance(machine, dict) else ""
 
     def losses(self, column: str) -> list[tuple[int, float]]:
         return curve(read_csv(self.folder / "loss.csv"), column)
@@ -182,43 +195,30 @@ def benchmark_lines() -> list[str]:
 
 def render(cells: list[Cell]) -> str:
     expected = sum(len(SEEDS[s]) * len(SCHEMES) * len(PRECISIONS) for s in STUDIES)
-    verdicts, strongest = verdict_lines(cells)
-    fails = [(name, [f"{c.bleu:.2f}" for p in PRECISIONS for c in group(cells, "deep", scheme, p)])
-             for scheme, name in SCHEMES.items() if failed(cells, "deep", scheme)]
-    deep = ("The 6+6 verdict does not carry to 18+18: there, one seed a precision can neither "
-            "show nor rule out a precision effect"
-            + "".join(f", and {name} fails to train in both precisions (BLEU "
-                      f"{' and '.join(bleus)}), so for it no precision effect could be seen at all"
-                      for name, bleus in fails) + ".")
-    if strongest is None:
-        conclusion = ("**Not decided yet**: the 6+6 cells of every seed have not all run. "
-                      "Until they have, the depth study stays in float32.")
-    elif strongest == NOT_SHOWN:
-        conclusion = ("**At 6+6, no reading is shown to move with the precision** (each "
-                      "*not shown*, three seeds a side): bf16-mixed changed nothing by more "
-                      "than three seeds can tell apart, which is not the same as changing "
-                      f"nothing. {deep} The depth study's report names each cell's precision, "
-                      "and its verdict never calls a difference between runs of different "
-                      "precisions shown.")
-    else:
-        conclusion = (f"**At 6+6, a precision effect is {strongest} on at least one reading**, "
-                      f"so the depth study stays in float32. {deep}")
+    rows = comparisons(cells)
+    steps = sorted({int(c.steps) for c in cells if c.steps})
+    updates = " or ".join(f"{n:,} updates" for n in steps) or "1,000 updates"
+    _, conclusion, summary = findings(rows, updates)
+    tests = sum(r["seed_p"] is not None for r in rows)
+    equal_tests = sum(r["equivalence_p"] is not None for r in rows)
     signature = next((c.signature for c in cells if c.signature), "")
     plot = plot_losses(cells, FIGURES)
     lines = [
         "# bf16-mixed against fp32: does the precision move normzoo's readings?", "",
         "*Generated by `python benchmarks/study_precision.py` from the files the sweeps wrote "
         "(`docs/precision/data/`); do not edit by hand.*", "",
+        summary, "",
         "## How it was run", "",
-        f"The depth study's recipe, [`{RECIPE}`](../{RECIPE}) (Multi30k En→De, d_model 128, 4 "
-        "heads, FFN 512, dropout 0.1, a joint 6,000-entry BPE, batches of up to 2,048 tokens, "
-        "AdamW at peak 1e-3 with a 200-step warm-up and a cosine decay, no clipping, 1,000 steps, "
-        "label smoothing 0.1, the best validation loss scored on test2016 with beam 5), trained "
-        "once with `trainer.precision=32-true` and once with `bf16-mixed`: Post-LN and Pre-LN at "
-        "6+6 layers with seeds 1, 2 and 3, and at 18+18 layers with seed 1. Within a seed both "
-        "precisions see the same batches in the same order and start from the same weights. "
-        "Decoding for the test runs in float32 in every cell, so BLEU measures what training in "
-        "bf16 did to the weights.", "",
+        f"The short protocol's recipe, [`{RECIPE}`](../{RECIPE}) (the first depth study's, which"
+        " the depth study has since left for the papers' protocol: Multi30k En→De, d_model 128,"
+        " 4 heads, FFN 512, dropout 0.1, a joint 6,000-entry BPE, batches of up to 2,048 "
+        "tokens, AdamW at peak 1e-3 with a 200-step warm-up and a cosine decay, no clipping, "
+        "1,000 steps, label smoothing 0.1, the best validation loss scored on test2016 with "
+        "beam 5), trained once with `trainer.precision=32-true` and once with `bf16-mixed`: "
+        "Post-LN and Pre-LN at 6+6 layers with seeds 1, 2 and 3, and at 18+18 layers with seed "
+        "1. Within a seed both precisions see the same batches in the same order and start from"
+        " the same weights. Decoding for the test runs in float32 in every cell, so BLEU "
+        "measures what training in bf16 did to the weights.", "",
         *[f"```bash\n{COMMANDS[s]}\n```\n" for s in STUDIES],
         "Machine: a 2-core AMD EPYC (Zen 4, `avx512_bf16`), no GPU (the throughput benchmark "
         "below names the machine it last ran on); each sweep one torch "
@@ -229,15 +229,28 @@ def render(cells: list[Cell]) -> str:
         f"Cells: {len(cells)} of {expected}." + (f" sacreBLEU: `{signature}`" if signature
                                                   else ""), "",
         "## Verdict", "",
-        "Rule ([`normzoo.sweep.significance`](../normzoo/sweep/significance.py)): a "
-        "precision effect is *shown* only with three seeds a side or more, Welch's t-test on "
-        "the per-seed values below 0.05 and, for BLEU, the paired bootstrap of the pooled "
-        "test translations below 0.05 too; otherwise it is at most *indicated*. These cells "
-        "kept no test translations, so no bootstrap could be run: a BLEU difference can be at "
-        "most indicated here, and the validation loss (no per-sentence values) is judged by "
-        "the seeds' test alone. At 18+18 there is one seed a precision, too few for any "
-        "verdict.", "",
-        *verdicts, "", conclusion, "",
+        "Rule ([`normzoo.sweep.significance`](../normzoo/sweep/significance.py)): both "
+        "precisions ran the same seeds, so the seeds' test is the **paired t-test**, seed with "
+        "seed; a precision effect is *shown* only with three seeds a side or more, the paired "
+        "t-test below 0.05 and, for BLEU, the sentence-level test (the hierarchical bootstrap "
+        "of the runs' translations, seeds then sentences) below 0.05 too; otherwise it is at "
+        "most *indicated*, and runs on more than one device kind are at most indicated. These "
+        "cells kept no test translations, so no bootstrap could be run: a BLEU difference can "
+        "be at most indicated here, and the validation loss (no per-sentence values) is judged "
+        "by the seeds' test alone. The precisions are not held against the verdict: the "
+        "precision is the factor compared.", "",
+        "A *not shown* is not \"no difference\": each row gives the 95% interval of bf16 minus "
+        "fp32 by the paired t-test, what the seeds leave open. Only the equivalence test (two "
+        f"one-sided paired t-tests, TOST) says \"equal\", within a margin: ± {BLEU_MARGIN:.1f} "
+        "BLEU (under the ± 1.57 BLEU within which test2016 itself places one run's score) and "
+        f"± {LOSS_MARGIN:.2f} nats for the loss (a 2% change of perplexity, about the seeds' "
+        "spread of Pre-LN 6+6's validation loss). Each verdict is its own test at 0.05; the "
+        f"last column says whether Holm's correction over the table's {tests} difference "
+        f"tests (and, apart, its {equal_tests} equivalence tests) keeps it. At 18+18 there is "
+        "one seed a precision, which allows at most *indicated*.", "",
+        *table_lines(rows), "", conclusion, "", deep_text(cells)
+        + " The depth study's report names each cell's precision, and its verdict never calls a "
+        "difference between runs of different precisions shown.", "",
         "## Results", "",
         "### 6+6 layers (seeds 1-3; mean ± standard deviation over seeds)", "",
         *results_table(cells, "shallow"), "",
