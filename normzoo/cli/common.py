@@ -71,13 +71,23 @@ def file_system_failures() -> Iterator[None]:
 DEVICE_HELP = "Where the model runs: cpu, cuda, cuda:N (the Nth GPU), mps or auto (a GPU if any)."
 
 
+def finite(value: float | None) -> float | None:
+    """A float option's value, refused (exit 2) unless finite: a bound such as ``min=0`` lets
+    ``inf`` through, which then failed deep in a config or in torch with a traceback."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 def beam_option() -> typer.models.OptionInfo:
     return typer.Option(None, min=1, metavar="K",
                         help="Beam size (default: the recipe's eval.beam).")
 
 
 def lenpen_option() -> typer.models.OptionInfo:
-    return typer.Option(None, min=0.0, metavar="A",
+    return typer.Option(None, min=0.0, metavar="A", callback=finite,
                         help="Length penalty exponent (default: the recipe's eval.lenpen).")
 
 

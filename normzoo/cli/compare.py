@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import user_errors
+from normzoo.cli.common import finite, user_errors
 
 
 @user_errors
@@ -29,7 +29,7 @@ def compare(
                                   help="Where the recipes' data files are now."),
     samples: int = typer.Option(1000, min=10, metavar="N",
                                 help="Bootstrap resamples (at least 10)."),
-    margin: float = typer.Option(None, min=0.0, metavar="M",
+    margin: float = typer.Option(None, min=0.0, metavar="M", callback=finite,
                                  help="Also test whether the two are equal within ± M (BLEU, "
                                  "or nats/token for language models): two one-sided tests "
                                  "over the seeds. Without it, nothing is called equal."),

@@ -12,6 +12,7 @@ import typer
 
 from normzoo.cli.common import (
     device_option,
+    finite,
     input_warnings,
     interactive,
     read_inputs,
@@ -30,11 +31,11 @@ def generate(
                                help="Continue each line of FILE (default: stdin lines)."),
     max_new_tokens: int = typer.Option(50, min=1, metavar="N",
                                        help="Tokens to sample at most per prompt."),
-    temperature: float = typer.Option(1.0, min=0.0, metavar="T",
+    temperature: float = typer.Option(1.0, min=0.0, metavar="T", callback=finite,
                                       help="Softmax temperature; 0: greedy."),
     top_k: int = typer.Option(None, min=1, metavar="K",
                               help="Sample from the k most likely tokens."),
-    top_p: float = typer.Option(None, max=1.0, metavar="P",
+    top_p: float = typer.Option(None, max=1.0, metavar="P", callback=finite,
                                 help="Nucleus sampling: the smallest set reaching p (0 < p <= 1)."),
     seed: int = typer.Option(None, metavar="S",
                              help="Seed of the sampling (reproducible output)."),

@@ -49,6 +49,24 @@ def _vocabulary(recipe: Recipe) -> int:
 
 
 def parameter_count(recipe: Recipe) -> int:
+    """The model's parameters: the model built on torch's meta device (shapes, no memory), so
+    that a scheme's or norm's own weights count too (``hyper`` with a million streams holds
+    5e12 parameters, which the formula below misses); the formula where that build fails,
+    which the real build will then report."""
+    formula = matrix_count(recipe)
+    try:
+        import torch
+
+        from normzoo.models import assemble
+
+        with torch.device("meta"):
+            model = assemble(recipe.model, recipe.model.vocab_size or _vocabulary(recipe))
+        return max(formula, sum(p.numel() for p in model.parameters()))
+    except Exception:  # any plugin's failure is the build's to report
+        return formula
+
+
+def matrix_count(recipe: Recipe) -> int:
     """The model's parameters, counted from the recipe without building it: its matrices and
     embeddings (biases, norms and scheme gains, well under 1% of a model, are left out), so a
     lower bound of what :func:`normzoo.models.assemble` builds."""

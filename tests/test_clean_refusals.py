@@ -1,0 +1,55 @@
+"""Bad values get one clean line and exit 2 before anything is written (issue 52, item 2):
+non-finite floats on the command line, and a model this machine cannot hold because of a
+scheme's own weights, which the size check once missed (``hyper`` with a million streams
+passed ``recipe validate``; ``train`` then died asking the allocator for terabytes and left
+``recipe.yaml`` and ``tokenizer.json`` behind)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+TINY = {"task": "translation", "seed": 1,
+        "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
+                  "decoder_layers": 1},
+        "data": {"source": "builtin", "train_limit": 40, "valid_limit": 10, "max_tokens": 512,
+                 "tokenizer": {"vocab_size": 300}},
+        "trainer": {"max_steps": 2, "progress_bar": False}}
+
+
+def normzoo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NORMZOO_CACHE": str(cwd / "cache"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "normzoo", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["translate", "model.ckpt", "--lenpen", "inf"], "--lenpen"),
+    (["evaluate", "model.ckpt", "--lenpen", "inf"], "--lenpen"),
+    (["generate", "model.ckpt", "--temperature", "inf"], "--temperature"),
+    (["generate", "model.ckpt", "--top-p", "-inf"], "--top-p"),
+    (["compare", "-b", "a", "-s", "b", "--margin", "inf"], "--margin"),
+])
+def test_a_non_finite_number_is_refused_by_its_option(tmp_path: Path, args, option: str):
+    (tmp_path / "model.ckpt").write_bytes(b"")
+    done = normzoo(args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "ValidationError" not in done.stderr
+    assert option in done.stderr and "not a finite number" in done.stderr
+
+
+def test_a_scheme_s_own_weights_count_toward_the_size_check(tmp_path: Path):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    huge = ["model.residual=hyper", "model.residual.streams=1000000", "run.dir=run"]
+    checked = normzoo(["recipe", "validate", "tiny.yaml", *huge], tmp_path)
+    assert checked.returncode == 2, checked.stdout + checked.stderr
+    assert "TiB" in checked.stderr and "parameters" in checked.stderr
+    trained = normzoo(["train", "tiny.yaml", *huge], tmp_path)
+    assert trained.returncode == 2 and "Traceback" not in trained.stderr
+    assert "TiB" in trained.stderr
+    assert not (tmp_path / "run").exists()  # nothing written: the next train needs no --force
