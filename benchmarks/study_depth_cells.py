@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from study_depth_verdicts import SCHEMES
+from study_depth_plan import SCHEMES
 from study_files import as_float, curve, read_csv, read_json, training_minutes
 
 # Cells whose processes were suspended (SIGSTOP/SIGCONT) while they trained, so that a benchmark
@@ -48,6 +48,7 @@ class Cell:
         self.stopped = record.get("stopped") or summary.get("stopped", "")
         self.precision = (recipe.get("trainer") or {}).get("precision", "")
         machine = summary.get("machine") or {}
+        self.device_recorded = machine.get("device")
         log = folder / "sweep.log"  # cells run on a lent GPU keep their sweep's log
         self.on_gpu = machine.get("device") == "cuda" or (
             log.is_file() and GPU_LOG in log.read_text(encoding="utf-8"))
@@ -81,6 +82,14 @@ class Cell:
     @property
     def device_short(self) -> str:
         return "GPU" if self.on_gpu else "CPU"
+
+    @property
+    def device_kind(self) -> str:
+        """The device kind the cell trained on, as ``normzoo compare`` reads it (cpu, cuda):
+        cuda where its summary.json or its lane's sweep log says so; otherwise what its
+        summary.json records, and cpu for the first study's cells, which recorded no machine
+        and ran on the study's CPUs (every GPU cell keeps its lane's log)."""
+        return "cuda" if self.on_gpu else str(self.device_recorded or "cpu")
 
     def hypotheses(self) -> list[str] | None:
         path = self.folder / "hyps.test2016.txt"

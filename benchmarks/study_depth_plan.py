@@ -8,6 +8,9 @@ from __future__ import annotations
 
 RECIPE = "recipes/studies/multi30k_papers.yaml"
 TIERS = ("ceiling", "stability", "nowarmup", "nowarmup6")
+PRECISION = "bf16-mixed"  # every comparison's cells share it (the 18+18 no-warm-up pair: 32-true)
+SCHEMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm",
+           "admin": "Admin (profiled)", "resi_dual": "ResiDual", "subln": "Sub-LN"}
 PLANNED = {"ceiling": 6, "stability": 18, "nowarmup": 2, "nowarmup6": 6}
 _SWEEP = f"OMP_NUM_THREADS=1 normzoo sweep {RECIPE} data.dir=../shared/data/multi30k"
 _DEEP = "model.encoder_layers=18 model.decoder_layers=18"

@@ -107,7 +107,8 @@ def by_layer(cells: list[Any], plt: Any, folder: Path, metric: str, ylabel: str,
 def stream_and_branches(cells: list[Any], plt: Any, folder: Path) -> str:
     """Verdict 3's reading: by layer, the stream's norm after each layer and the
     self-attention branch's own norm (its ratio times the norm of the stream entering it, the
-    previous layer's output: exact from layer 2 on), a line per seed."""
+    previous layer's output: exact from layer 2 on), a line per seed; in the decoder also the
+    cross-attention branch's norm where the cell measured it (branch_cross_attn)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for j, stack in enumerate(("encoder", "decoder")):
         ax = axes[j]
@@ -119,6 +120,10 @@ def stream_and_branches(cells: list[Any], plt: Any, folder: Path) -> str:
                     label=f"stream, seed {cell.seed}")
             ax.plot(range(2, len(branch) + 2), branch, "--", marker="x", ms=3,
                     color=f"C{k % 10}", label=f"self-attention branch, seed {cell.seed}")
+            cross = cell.layer_metric("final", stack, "branch_cross_attn")
+            if stack == "decoder" and any(cross):
+                ax.plot(range(1, len(cross) + 1), cross, ":", marker="^", ms=3,
+                        color=f"C{k % 10}", label=f"cross-attention branch, seed {cell.seed}")
         ax.set_title(f"{stack}, at the last checkpoint", fontsize=9)
         ax.set_yscale("log")
         ax.set_xlabel("layer")
@@ -126,7 +131,7 @@ def stream_and_branches(cells: list[Any], plt: Any, folder: Path) -> str:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
-    fig.suptitle("Pre-LN 18+18 (bf16-mixed): the stream grows; does the branch?")
+    fig.suptitle("Pre-LN 18+18 (bf16-mixed): the stream grows; do the branches?")
     fig.tight_layout()
     return _save(fig, plt, folder, "stream_and_branch_norms.png")
 

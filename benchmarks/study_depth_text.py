@@ -6,7 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 import study_depth_plan as sd
-from study_depth_verdicts import PRECISION
+from study_depth_plan import PRECISION
+from study_depth_tables import MARGIN
+
+RULE = (
+    "Rule for every difference in BLEU (`normzoo compare`'s, issue 51): **shown** only with three "
+    "seeds a side or more, the seeds' t-test over their BLEU (the training runs' noise; the "
+    "paired t-test where both sides ran the same seeds, else Welch's) and the hierarchical "
+    "bootstrap of their translations (the test set's noise and the seeds': each of 1,000 "
+    "samples draws the seeds, then the sentences within each seed's run) both below 0.05, in "
+    "one precision and on one device kind; otherwise at most **indicated**: a side whose cells "
+    "trained on both a CPU and a GPU is at most indicated, whatever the p-values. Every "
+    "difference carries the 95% interval of the seeds' test: a **not shown** says how large a "
+    "difference the seeds leave open, never that there is none. \"Equal\" is said only where "
+    f"the equivalence test (two one-sided tests of the seeds) puts the difference within ± "
+    f"{MARGIN:g} BLEU, with its p-value and label beside it. The pooled paired bootstrap the "
+    "page used before (every (sentence, seed) item resampled alike) counted each test sentence "
+    "once a seed; on the committed 6+6 cells it alone called 3 of 6 same-setting seed pairs "
+    "significant. Each table of comparisons says whether Holm's correction over its own "
+    "comparisons keeps each one.")
 
 
 def _count(cells: list[Any]) -> str:
@@ -80,6 +98,8 @@ def how_it_was_run(cells: list[Any]) -> list[str]:
 
 def limits(cells: list[Any]) -> list[str]:
     unscored = [c for c in cells if not c.scored]
+    gpu_scored = [c for c in cells if c.tier == "stability" and c.on_gpu and c.scored
+                  and c.precision == PRECISION]
     return [
         "## What this study could not judge", "",
         "- **Quality at 18+18.** The stability tier stops at 4,500 updates, 500 past the "
@@ -92,12 +112,20 @@ def limits(cells: list[Any]) -> list[str]:
         "- **Devices.** The bf16-mixed cells of one setting trained on different devices "
         "(CPUs of three generations, and the H200): the same precision policy (bf16 matrix "
         "products under autocast, fp32 weights and optimizer), other kernels. Each row names "
-        "its device; no verdict mixes precisions.",
+        "its device; no verdict mixes precisions, and a comparison whose cells mix device "
+        "kinds (at 18+18, "
+        + (" and ".join(c.label for c in gpu_scored) or "none") + " on the GPU) is at most "
+        "indicated: a difference could be the device's.",
         "- **The no-warm-up pair at 18+18** trained in 32-true, one seed each: its difference "
         "is at most indicated, and Post-LN fails at that depth with the warm-up too.",
         *([f"- **Test BLEU of {' and '.join(c.label for c in unscored)} at 18+18.** Trained "
            "to the cap on the GPU but not scored (see How it was run): validation loss only, "
-           "one seed, no verdict reads them."] if unscored else []),
+           "one seed, no verdict reads them. Scoring them needs a GPU "
+           "(`benchmarks/study_depth_gpu.sh`); they were not scored this session."]
+          if unscored else []),
+        "- **Warm-up at matched budgets.** Verdict 2 sets Post-LN 6+6 without warm-up (1,500 "
+        "updates, still improving there) against the same with the warm-up at the 7,000-update "
+        "cap: the budgets are unmatched, and no cell at a matched budget was trained.",
         "- **Scale.** d_model 128 on Multi30k; the papers train d_model 512–1024 on WMT for "
         "100k+ updates.", "",
     ]

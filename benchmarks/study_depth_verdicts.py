@@ -1,102 +1,29 @@
 """The depth study's verdicts: each claim read from the cells by its stated rule.
 
 Every difference in test BLEU goes through ``normzoo.sweep.significance.judge``, the rule
-``normzoo compare`` applies: *shown* only with at least three seeds a side, Welch's t-test over
-the seeds' BLEU and the paired bootstrap of their pooled translations both below 0.05, and one
-precision; a difference with fewer seeds, or one test only, is at most *indicated*. The
-measurements that carry no test set (gradient and stream norms) are held to the same count of
-seeds: a rule met in every one of three seeds a side is shown, in fewer it is indicated.
+``normzoo compare`` applies (issue 51): *shown* only with at least three seeds a side, the
+seeds' t-test (paired where both sides ran the same seeds, else Welch's) and the hierarchical
+bootstrap of their translations (``normzoo.sweep.bootstrap``: seeds, then sentences) both below
+0.05, one precision and one device kind; a difference with fewer seeds, one test only, or cells
+of both device kinds (cpu and cuda) is at most *indicated*. Each difference carries the 95%
+interval of the seeds' test; "equal" is said only from the equivalence test (TOST) against
+:data:`MARGIN`. The measurements that carry no test set (gradient and stream norms) are held to
+the same count of seeds: a rule met in every one of three seeds a side is shown, in fewer it is
+indicated.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from study_depth_plan import PRECISION, SCHEMES
+from study_depth_tables import MARGIN, Comparison, compare, setting, stat
 from study_files import fmt, mean_sd
 
-from normzoo.sweep.significance import INDICATED, MIN_SEEDS, NOT_SHOWN, SHOWN, Verdict, judge
+from normzoo.sweep.significance import INDICATED, MIN_SEEDS, NOT_SHOWN, SHOWN, p_text
 
-PRECISION = "bf16-mixed"  # every comparison's cells share it (the 18+18 no-warm-up pair: 32-true)
-SCHEMES = {"post": "Post-LN", "pre": "Pre-LN", "deepnorm": "DeepNorm",
-           "admin": "Admin (profiled)", "resi_dual": "ResiDual", "subln": "Sub-LN"}
-
-
-def setting(cells: list[Any], tier: str, scheme: str, precision: str = PRECISION) -> list[Any]:
-    """The seeds of one setting that have a test score, in one precision, by seed."""
-    return sorted((c for c in cells if c.tier == tier and c.scheme == scheme
-                   and c.bleu is not None and c.precision == precision),
-                  key=lambda c: int(c.seed))
-
-
-@dataclass
-class Comparison:
-    """``system`` against ``baseline`` in test BLEU, over each setting's seeds."""
-
-    system: str
-    baseline: str
-    ours: list[float]
-    theirs: list[float]
-    verdict: Verdict
-
-    @property
-    def mean(self) -> float:
-        return mean_sd(self.ours)[0]
-
-    @property
-    def base_mean(self) -> float:
-        return mean_sd(self.theirs)[0]
-
-    @property
-    def diff(self) -> float:
-        return self.mean - self.base_mean
-
-    def text(self) -> str:
-        return (f"{self.system} {_stat(self.ours)} vs {self.baseline} {_stat(self.theirs)}: "
-                f"{self.diff:+.2f} BLEU, **{self.verdict.label}** ({self.verdict.reason})")
-
-
-def _stat(values: list[float]) -> str:
-    mean, sd = mean_sd(values)
-    if len(values) == 1:
-        return f"{mean:.2f} (one seed)"
-    return f"{mean:.2f} ± {sd:.2f} ({len(values)} seeds)"
-
-
-def compare(cells: list[Any], tier: str, system: str, baseline: str,
-            references: list[str] | None, precision: str = PRECISION) -> Comparison | None:
-    ours, theirs = setting(cells, tier, system, precision), setting(cells, tier, baseline,
-                                                                    precision)
-    if not ours or not theirs:
-        return None
-    pairs = [(a, b) for a in ours for b in theirs if a.seed == b.seed] or list(
-        zip(ours, theirs, strict=False))
-    p = bootstrap(pairs, references)
-    verdict = judge([c.bleu for c in theirs], [c.bleu for c in ours], p,
-                    [c.precision for c in ours + theirs])
-    if p is None and references is None:
-        verdict = Verdict(NOT_SHOWN, "no references, so no paired bootstrap: "
-                          + verdict.reason)
-    return Comparison(SCHEMES[system], SCHEMES[baseline], [c.bleu for c in ours],
-                      [c.bleu for c in theirs], verdict)
-
-
-def bootstrap(pairs: list[tuple[Any, Any]], references: list[str] | None) -> float | None:
-    """The paired bootstrap p-value of the pooled translations, seed with seed."""
-    if references is None:
-        return None
-    from normzoo.inference.scoring import paired_bootstrap
-
-    system, baseline = [], []
-    for ours, theirs in pairs:
-        a, b = ours.hypotheses(), theirs.hypotheses()
-        if a is None or b is None or not len(a) == len(b) == len(references):
-            return None
-        system += a
-        baseline += b
-    if system == baseline:
-        return None
-    return paired_bootstrap(baseline, system, references * len(pairs)).p_value
+__all__ = ["CLAIMS", "MARGIN", "PRECISION", "SCHEMES", "Comparison", "compare", "compared",
+           "setting"]
 
 
 # -- the claims -------------------------------------------------------------------------------
@@ -158,6 +85,11 @@ def _trains_where_other_fails(result: Comparison | None, context: str) -> tuple[
     return NOT_SHOWN, numbers
 
 
+WARMUP_BUDGETS = ("The budgets are unmatched: the no-warm-up cells stop at a 1,500-update cap, "
+                  "still improving there, the warm-up cells at 7,000, so \"fails\" reads "
+                  "\"is behind at 1,500 updates\"; no cell at a matched budget was trained")
+
+
 def claim_warmup(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
     """At 6+6, the depth at which Post-LN trains with the warm-up: without it, does it fail
     where Pre-LN trains? The 18+18 pair (one seed, 32-true) is context only: there Post-LN
@@ -171,9 +103,12 @@ def claim_warmup(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
     if result is not None and with_warmup:
         trains = mean_sd([c.bleu for c in with_warmup])[0] >= 10
         numbers += (f"; with the 4,000-update warm-up Post-LN 6+6 scores "
-                    f"{_stat([c.bleu for c in with_warmup])} at the 7,000-update cap")
+                    f"{stat([c.bleu for c in with_warmup])} at the 7,000-update cap. "
+                    f"{WARMUP_BUDGETS}")
         if not trains and verdict in (SHOWN, INDICATED):
             verdict = "not shown: Post-LN 6+6 does not train with the warm-up either"
+        elif verdict in (SHOWN, INDICATED):
+            verdict += " at a 1,500-update cap; the budgets are unmatched (7,000 with warm-up)"
     deep = compare(cells, "nowarmup", "pre", "post", refs, precision="32-true")
     if deep is not None:
         numbers += (f". At 18+18 (32-true; Post-LN fails there with the warm-up too, so this "
@@ -181,37 +116,60 @@ def claim_warmup(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
     return verdict, numbers
 
 
+def _growth(values: list[float | None], stream: list[float | None]) -> list[bool]:
+    """Per seed, the rule: the stream at least 2x, the branch at most half as much."""
+    return [s is not None and b is not None and s >= 2 and b <= s / 2
+            for b, s in zip(values, stream, strict=True)]
+
+
+def _branch(name: str, met: list[bool], seeds: int, of: int) -> str:
+    if not seeds:
+        return f"{name} untested (no cell recorded its norm)"
+    label = _by_seeds(met, seeds)
+    return f"{name} {label}" + (": it grows more than half as much as the stream"
+                                * (label == NOT_SHOWN)) + (
+        f" ({seeds} of {of} seeds measured it)" if seeds < of else "")
+
+
 def claim_stream(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
     """Pre-LN 18+18 at the end: the stream's norm and the branches' own norms, last layer over
     first. The self-attention branch's norm is exact from what every cell recorded: its ratio
     times the norm of the stream entering it, which is the previous layer's output (so from
-    layer 2 on). The feed-forward branch's norm, where the cell measured it (diagnose.csv's
-    branch_ffn), is given beside it."""
+    layer 2 on). The feed-forward and the decoder's cross-attention branches' norms are those
+    the cells measured (diagnose.csv's branch_ffn, branch_cross_attn; the first seed's run
+    predates them): each branch is judged on the seeds that have it."""
     pre = _diagnosed(cells, "stability", "pre")
     if not pre:
         return "not yet measured", ""
-    text, met = [], []
+    text, met = [], {"self": [], "ffn": [], "cross": []}
+    measured = {"ffn": set(), "cross": set()}
     for stack in ("encoder", "decoder"):
-        streams, attns, ffns = [], [], []
+        streams, attns, found = [], [], {"ffn": [], "cross": []}
         for cell in pre:
             stream = cell.layer_metric("final", stack, "stream_norm")
             ratio = cell.layer_metric("final", stack, "ratio_self_attn")
-            attn = [r * s for r, s in zip(ratio[1:], stream[:-1], strict=True)]
-            growth, branch = _ratio(stream), _ratio(attn)
-            streams.append(growth)
-            attns.append(branch)
-            ffn = cell.layer_metric("final", stack, "branch_ffn")
-            ffns.append(_ratio(ffn) if any(ffn) else None)
-            met.append(growth is not None and branch is not None and growth >= 2
-                       and branch <= growth / 2)
-        measured = [f for f in ffns if f is not None]
-        text.append(
-            f"{stack}: stream norm last/first layer {', '.join(fmt(g) for g in streams)}; "
-            f"self-attention branch norm last/second layer {', '.join(fmt(b) for b in attns)}"
-            + (f"; feed-forward branch norm last/first {', '.join(fmt(f) for f in measured)} "
-               f"({len(measured)} of {len(pre)} seeds measured it)" if measured else ""))
-    return _by_seeds(met, len(pre)), (f"Pre-LN 18+18 at the end, seeds {_seeds(pre)}: "
-                                      + "; ".join(text))
+            streams.append(_ratio(stream))
+            attns.append(_ratio([r * s for r, s in zip(ratio[1:], stream[:-1], strict=True)]))
+            for key, column in (("ffn", "branch_ffn"), ("cross", "branch_cross_attn")):
+                norms = cell.layer_metric("final", stack, column)
+                found[key].append(_ratio(norms) if any(norms) else None)
+        met["self"] += _growth(attns, streams)
+        text.append(f"{stack}: stream norm last/first layer {', '.join(fmt(g) for g in streams)}"
+                    f"; self-attention branch norm last/second layer "
+                    f"{', '.join(fmt(b) for b in attns)}")
+        for key, words in (("ffn", "feed-forward"), ("cross", "cross-attention")):
+            pairs = [(b, g, c.seed) for b, g, c in zip(found[key], streams, pre, strict=True)
+                     if b is not None]
+            if pairs:
+                met[key] += _growth([b for b, _, _ in pairs], [g for _, g, _ in pairs])
+                measured[key] |= {seed for _, _, seed in pairs}
+                text[-1] += (f"; {words} branch norm last/first "
+                             f"{', '.join(f'{fmt(b)} (seed {seed})' for b, _, seed in pairs)}")
+    label = "; ".join([_branch("self-attention", met["self"], len(pre), len(pre)),
+                       _branch("feed-forward", met["ffn"], len(measured["ffn"]), len(pre)),
+                       _branch("the decoder's cross-attention", met["cross"],
+                               len(measured["cross"]), len(pre))])
+    return label, f"Pre-LN 18+18 at the end, seeds {_seeds(pre)}: " + "; ".join(text)
 
 
 def claim_deepnorm(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
@@ -220,17 +178,36 @@ def claim_deepnorm(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
 
 
 def claim_ceiling(cells: list[Any], refs: list[str] | None) -> tuple[str, str]:
+    """Post-LN against Pre-LN at 6+6. "Equal" only from the equivalence test against MARGIN;
+    a not shown otherwise says what the interval of the difference leaves open."""
     result = compare(cells, "ceiling", "post", "pre", refs)
     if result is None:
         return "not yet measured", ""
     numbers = f"6+6 at the 7,000-update cap (still improving there): {result.text()}"
-    if result.diff > 0 and result.verdict.label == SHOWN:
-        return SHOWN, numbers
-    if result.diff < 0 and result.verdict.label == SHOWN:
-        return "the opposite is shown (Pre-LN ends higher)", numbers
-    if result.verdict.label == INDICATED:
+    label = result.verdict.label
+    if label == SHOWN:
+        return (SHOWN if result.diff > 0 else "the opposite is shown (Pre-LN ends higher)"), \
+            numbers
+    if label == INDICATED:
         return f"{NOT_SHOWN}: a difference of {result.diff:+.2f} is indicated only", numbers
-    return f"{NOT_SHOWN}: no difference beyond the noise ({result.diff:+.2f} BLEU)", numbers
+    equal = result.equivalence_label()
+    interval = result.tests.get("seed_interval")
+    open_ = (f"the 95% interval of the difference, [{interval[0]:+.2f}, {interval[1]:+.2f}] "
+             "BLEU, leaves either side ahead" if interval else "no interval to give")
+    tost = (f"equal within ± {MARGIN:g} BLEU: {equal} (TOST p = "
+            f"{p_text(result.tests['equivalence_p'])})" if equal else
+            f"equality within ± {MARGIN:g} BLEU not testable")
+    return f"{NOT_SHOWN} either way: {open_}; {tost}", numbers
+
+
+def compared(cells: list[Any], refs: list[str] | None) -> list[tuple[str, Comparison | None]]:
+    """The comparisons in BLEU the verdicts above lean on, for their table."""
+    return [("2. Pre-LN − Post-LN, 6+6 without warm-up (1,500 updates)",
+             compare(cells, "nowarmup6", "pre", "post", refs)),
+            ("2, context. Pre-LN − Post-LN, 18+18 without warm-up (32-true)",
+             compare(cells, "nowarmup", "pre", "post", refs, precision="32-true")),
+            ("4. DeepNorm − Post-LN, 18+18", compare(cells, "stability", "deepnorm", "post", refs)),
+            ("5. Post-LN − Pre-LN, 6+6", compare(cells, "ceiling", "post", "pre", refs))]
 
 
 CLAIMS = [
@@ -243,23 +220,27 @@ CLAIMS = [
      "trains",
      "shown where, at 6+6 without warm-up, Pre-LN reaches 10 BLEU, Post-LN scores under half "
      "of it and the difference is shown by the seed-aware test (three seeds a side), and "
-     "Post-LN 6+6 reaches 10 BLEU with the warm-up",
+     "Post-LN 6+6 reaches 10 BLEU with the warm-up. " + WARMUP_BUDGETS,
      "Xiong et al. 2020 (Sec. 3): Post-LN needs the warm-up stage, Pre-LN trains without it",
      claim_warmup),
     ("3. Pre-LN's stream grows with depth; its branches do not keep up",
      "shown where, at the end, in each of at least three seeds and both stacks, the stream norm "
-     "after the last layer is at least 2x that after the first, and the self-attention branch's "
-     "own norm (not its ratio to the stream) grows by at most half as much",
+     "after the last layer is at least 2x that after the first, and a branch's own norm (not its "
+     "ratio to the stream) grows by at most half as much; judged branch by branch: "
+     "self-attention (both stacks, every seed), feed-forward (both stacks) and the decoder's "
+     "cross-attention on the seeds that measured them (fewer than three: at most indicated)",
      "Xie et al. 2023 (ResiDual); Liu et al. 2020 (Admin) on Pre-LN's shallow dependency on "
      "its residual branches", claim_stream),
     ("4. DeepNorm trains deep Post-LN where plain Post-LN fails",
      "shown where, at 18+18 with warm-up, DeepNorm reaches 10 BLEU, Post-LN under half of it, "
-     "and the difference is shown by the seed-aware test (three seeds a side, one precision)",
+     "and the difference is shown by the seed-aware test (three seeds a side, one precision, "
+     "one device kind)",
      "Wang et al. 2022 (DeepNet), Table 1: 18L Post-LN diverges, DeepNorm 28.8", claim_deepnorm),
     ("5. At 6+6, Post-LN ends higher than Pre-LN",
      "shown where Post-LN's mean over three seeds beats Pre-LN's and the seed-aware test shows "
-     "the difference; the cells stopped at the 7,000-update cap, still improving, so this "
-     "compares them there, not converged",
+     "the difference; \"equal\" only where the equivalence test (two one-sided tests) puts the "
+     f"difference within ± {MARGIN:g} BLEU; the cells stopped at the 7,000-update cap, still "
+     "improving, so this compares them there, not converged",
      "Liu et al. 2020 (Admin), Table 1: 6L WMT14 Post-LN 27.80 vs Pre-LN 27.27, IWSLT14 35.64 "
      "vs 35.50", claim_ceiling),
 ]

@@ -1,7 +1,8 @@
 """``benchmarks/study_depth.py``: the depth study's report is built from the sweeps' files alone,
 renders while cells are missing, and decides each verdict by its stated rule: a difference is
-shown only with three seeds a side, Welch's t-test over the seeds and the paired bootstrap of the
-pooled translations both below 0.05, and one precision; with fewer seeds at most indicated."""
+shown only with three seeds a side, the seeds' t-test (paired: the schemes ran the same seeds)
+and the hierarchical bootstrap of the translations (seeds, then sentences) both below 0.05, one
+precision and one device kind; with fewer seeds at most indicated."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ BAD = [" ".join(reversed(r.split()[:4])) for r in REFERENCES]  # one that scores
 EVEN = [good if i % 2 else bad for i, (good, bad) in enumerate(zip(GOOD, BAD, strict=True))]
 ODD = [bad if i % 2 else good for i, (good, bad) in enumerate(zip(GOOD, BAD, strict=True))]
 SPREAD = (("1", 0.2), ("2", -0.2), ("3", 0.0))  # three seeds, a small spread
+# The same spread in another order for each scheme: the cells of two schemes run the same
+# seeds, so the seeds' test is the paired one, which needs the seed-by-seed differences to
+# spread too.
+ORDER = {"post": (0, 1, 2), "pre": (1, 2, 0), "deepnorm": (2, 0, 1), "admin": (0, 2, 1)}
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -109,7 +114,9 @@ def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _three(tier: str, scheme: str, bleu: float, hyps: list[str], precision: str = "bf16-mixed"):
-    return {(tier, scheme, s): (bleu + d, hyps, precision) for s, d in SPREAD}
+    order = ORDER.get(scheme, (0, 1, 2))
+    return {(tier, scheme, seed): (bleu + SPREAD[i][1], hyps, precision)
+            for (seed, _), i in zip(SPREAD, order, strict=True)}
 
 
 # Post-LN ahead at 6+6; deep Post-LN failing; the fixes training; the no-warm-up controls.
@@ -126,34 +133,41 @@ FULL = {
 def test_every_claim_gets_its_verdict_from_the_numbers(report):
     text = report(FULL)
     for claim in ("1. Post-LN's gradients grow toward the output at initialisation",
-                  "2. Without warm-up, Post-LN fails at a depth where it trains with warm-up, "
-                  "while Pre-LN trains",
-                  "3. Pre-LN's stream grows with depth; its branches do not keep up",
                   "4. DeepNorm trains deep Post-LN where plain Post-LN fails",
                   "5. At 6+6, Post-LN ends higher than Pre-LN"):
         assert f"### {claim}: **shown**" in text
+    # the warm-up claim says its budgets are unmatched; verdict 3 is judged branch by branch
+    assert ("### 2. Without warm-up, Post-LN fails at a depth where it trains with warm-up, "
+            "while Pre-LN trains: **shown at a 1,500-update cap; the budgets are unmatched "
+            "(7,000 with warm-up)**") in text
+    assert ("### 3. Pre-LN's stream grows with depth; its branches do not keep up: "
+            "**self-attention shown;") in text
     assert "Post-LN 8.00, 8.00, 8.00 vs Pre-LN 1.50, 1.50, 1.50" in text
     # the comparison's numbers: means ± sd over seeds, difference, both tests
     assert "Post-LN 31.00 ± 0.20 (3 seeds) vs Pre-LN 28.00 ± 0.20 (3 seeds): +3.00 BLEU, " \
-           "**shown** (both tests below 0.05" in text
-    assert "seeds: Welch p = " in text and "sentences: paired bootstrap p = 0.0010" in text
+           "95% interval of the difference [+2.14, +3.86], **shown** (both tests below 0.05" \
+           in text
+    assert "seeds: paired t p = " in text
+    assert "sentences: hierarchical bootstrap p = 0.0010" in text
     # verdict 3 from the branch's own norm (0.1 x 20 over 0.2 x 10: flat) beside the stream (4x)
     assert "stream norm last/first layer 4.00, 4.00, 4.00; self-attention branch norm " \
            "last/second layer 1.00, 1.00, 1.00" in text
     assert "with the 4,000-update warm-up Post-LN 6+6 scores 31.00 ± 0.20 (3 seeds)" in text
     # the 18+18 no-warm-up pair: one seed, 32-true: indicated at most
-    assert "At 18+18 (32-true;" in text and "+19.50 BLEU, **indicated** (one seed a side" in text
+    assert "At 18+18 (32-true;" in text
+    assert "+19.50 BLEU, no 95% interval (fewer than two seeds a side, or no spread), " \
+           "**indicated** (one seed a side" in text
     assert ("| Post-LN | 2 | bf16-mixed, CPU (AMD EPYC (family 25, model 17)) | 4500 | step cap "
             "| 4.900 | 30.80 | – (still improving at its end: nothing to average) | 29.80 |"
             in text)
     assert "| 18 layers | DeepNet (Wang et al. 2022) | diverged | – | – | 28.8 |" in text
     assert "| 31.00 ± 0.20 (3) | 28.00 ± 0.20 (3) |" in text
-    assert "| DeepNorm | 1: 28.20 (CPU), 2: 27.80 (CPU), 3: 28.00 (CPU) | 28.00 ± 0.20 (3) |" \
+    assert "| DeepNorm | 1: 28.00 (CPU), 2: 28.20 (CPU), 3: 27.80 (CPU) | 28.00 ± 0.20 (3) |" \
            in text
-    # each difference in the fixes table with its seeds' p-value (1.00 over sd 0.2: t = 6.1)
-    deepnorm = next(line for line in text.splitlines() if line.startswith("| DeepNorm | 1:"))
-    assert deepnorm.endswith("| +1.00, indicated (Welch p = 0.0036) | +27.00, shown (Welch p = "
-                             "8.0e-09) |"), deepnorm
+    # each difference in the fixes table with its interval and the seeds' paired test; the same
+    # translations on both sides leave the bootstrap nothing to test: indicated at most
+    assert "| DeepNorm − Pre-LN | +1.00 | [+0.14, +1.86] | paired t 0.0377 | – |" in text
+    assert "| DeepNorm − Post-LN | +27.00 | [+26.14, +27.86] | paired t 5.5e-05 | 0.0010 |" in text
     for plot in ("loss_ceiling", "loss_stability", "loss_nowarmup", "loss_nowarmup6",
                  "grad_norm_by_layer", "stream_norm_by_layer", "branch_ratio_by_layer",
                  "stream_and_branch_norms"):
@@ -165,8 +179,9 @@ def test_one_seed_a_side_is_at_most_indicated(report):
     one = {k: v for k, v in FULL.items() if k[0] != "stability" or k[2] == "1"}
     text = report(one)
     assert "### 4. DeepNorm trains deep Post-LN where plain Post-LN fails: **indicated**" in text
-    assert "DeepNorm 28.20 (one seed) vs Post-LN 1.20 (one seed): +27.00 BLEU, **indicated** " \
-           "(one seed a side" in text
+    assert "DeepNorm 28.00 (one seed) vs Post-LN 1.20 (one seed): +26.80 BLEU, no 95% " \
+           "interval (fewer than two seeds a side, or no spread), **indicated** (one seed a " \
+           "side" in text
     assert "### 1. Post-LN's gradients grow toward the output at initialisation: **indicated**" \
         in text
 
@@ -189,9 +204,11 @@ def test_a_difference_within_the_seeds_spread_is_not_shown(report):
                                                                       ("3", 0.6))},
              **_three("ceiling", "pre", 28.0, BAD)}
     text = report(cells)
-    assert "Post-LN 28.20 ± 2.03 (3 seeds) vs Pre-LN 28.00 ± 0.20 (3 seeds): +0.20 BLEU, " \
-           "**indicated** (significant over these sentences, but the seeds' spread could give " \
-           "it" in text
+    line = next(line for line in text.splitlines()
+                if "Post-LN 28.20 ± 2.03 (3 seeds) vs Pre-LN 28.00 ± 0.20 (3 seeds): +0.20 BLEU, "
+                in line)
+    assert "**indicated** (significant over these sentences, but the seeds' spread could " \
+           "give it" in line
     assert "### 5. At 6+6, Post-LN ends higher than Pre-LN: **not shown" in text
 
 
