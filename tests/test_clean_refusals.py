@@ -53,3 +53,39 @@ def test_a_scheme_s_own_weights_count_toward_the_size_check(tmp_path: Path):
     assert trained.returncode == 2 and "Traceback" not in trained.stderr
     assert "TiB" in trained.stderr
     assert not (tmp_path / "run").exists()  # nothing written: the next train needs no --force
+
+
+def _fail_in_training(error: BaseException, checkpoints: Path) -> str:
+    from types import SimpleNamespace
+
+    from normzoo.errors import RuntimeFailure
+    from normzoo.run.trainer import machine_failures
+
+    with pytest.raises(RuntimeFailure) as failure, \
+            machine_failures(SimpleNamespace(global_step=3), checkpoints):
+        raise error
+    return str(failure.value)
+
+
+@pytest.mark.parametrize("error", [
+    OSError(28, "No space left on device", "run/logs/csv/metrics.csv"),  # errno.ENOSPC
+    "out of memory",
+])
+def test_the_advice_after_a_machine_failure_holds_for_the_run_as_it_stands(tmp_path: Path,
+                                                                           error):
+    """A full disk (or memory) before the first checkpoint used to advise ``--resume auto``
+    and call "the last checkpoint" intact: there was none, and the resume refused."""
+    import torch
+
+    if error == "out of memory":
+        error = torch.OutOfMemoryError("CUDA out of memory")
+    checkpoints = tmp_path / "checkpoints"
+    none_yet = _fail_in_training(error, checkpoints)
+    assert "--force" in none_yet and "no checkpoint was written yet" in none_yet
+    assert "--resume auto" not in none_yet and "intact" not in none_yet
+    checkpoints.mkdir()
+    torch.save({"global_step": 5}, checkpoints / "last.ckpt")
+    saved = _fail_in_training(error, checkpoints)
+    assert "continue with --resume auto (from last.ckpt, step 5, which is intact)" in saved
+    if isinstance(error, OSError):
+        assert "writing run/logs/csv/metrics.csv" in saved  # the file is named

@@ -260,6 +260,7 @@ SPECIAL_VALID = {
     "trainer.devices": st.one_of(st.just("auto"), st.just(-1), st.integers(1, 64)),
     "trainer.compile": st.sampled_from([True, False, "default", "reduce-overhead",
                                         "max-autotune"]),
+    "data.num_workers": st.one_of(st.just("auto"), st.integers(0, 64)),
     # at most the base recipe's data.max_len (64), which the valid changes leave alone
     "data.buckets": st.one_of(st.just("auto"), st.none(), st.integers(1, 64),
                               st.lists(st.integers(1, 64), min_size=1, unique=True).map(sorted)),

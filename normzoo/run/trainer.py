@@ -212,20 +212,36 @@ def stop_reason(trainer: Any, recipe: Recipe) -> str:
 
 
 @contextlib.contextmanager
-def machine_failures(trainer: Any) -> Iterator[None]:
+def machine_failures(trainer: Any, checkpoints: Path | None = None) -> Iterator[None]:
     """Turn the machine running out of memory or disk into a :class:`RuntimeFailure` (exit 1)
-    that says what to do, instead of a traceback from deep inside torch."""
+    that says what to do, instead of a traceback from deep inside torch. The advice holds for
+    the run as it stands: ``--resume auto`` where ``checkpoints`` holds a complete checkpoint,
+    else the same command again with ``--force`` (a resume would find none)."""
     try:
         yield
     except torch.OutOfMemoryError:
         raise RuntimeFailure(
             f"out of memory at step {trainer.global_step}: lower data.max_tokens (raise "
-            "trainer.accumulate to keep the batch), then continue with --resume auto"
+            f"trainer.accumulate to keep the batch), then {_then(checkpoints)}"
         ) from None
     except OSError as error:
         if error.errno != errno.ENOSPC:
             raise
+        where = f" writing {error.filename}" if error.filename else ""
         raise RuntimeFailure(
-            f"the disk is full (at step {trainer.global_step}): free space, then continue with "
-            "--resume auto; the last checkpoint is intact"
+            f"the disk is full (at step {trainer.global_step}{where}): free space, then "
+            f"{_then(checkpoints)}"
         ) from None
+
+
+def _then(checkpoints: Path | None) -> str:
+    """How to go on after a machine failure: from the newest complete checkpoint, if any."""
+    from normzoo.checkpoints.rolling import newest_checkpoint
+
+    newest = newest_checkpoint(checkpoints) if checkpoints is not None else None
+    if newest is not None:
+        return (f"continue with --resume auto (from {newest.path.name}, step {newest.step}, "
+                "which is intact)")
+    if checkpoints is None:
+        return "continue with --resume auto"
+    return "run the same command again with --force: no checkpoint was written yet"

@@ -152,7 +152,7 @@ class TrainingRun:
         :class:`~normzoo.errors.RuntimeFailure` (exit 1)."""
         with self._recording_failures():
             try:
-                with machine_failures(self.trainer):
+                with machine_failures(self.trainer, self.run_dir / "checkpoints"):
                     self.trainer.fit(self.task, datamodule=self.data, ckpt_path=self.ckpt_path,
                                      weights_only=True)
             except SIGTERMException:

@@ -65,8 +65,13 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
 
     try:
         return _train_cell(recipe_path, base_overrides, cell, run_dir, steps, diagnose)
-    except Preempted:  # stopped by a signal with a checkpoint: the sweep stops, to resume
-        raise
+    except Preempted as stop:  # stopped by a signal with a checkpoint: the sweep stops
+        # The cell's own advice (its `normzoo train ... --resume auto`) would finish this cell
+        # alone: never the cells after it, nor results.csv. The sweep's command does both.
+        said = str(stop).split("; continue with:")[0]
+        raise Preempted(f"{said}; the sweep stopped at cell {name}: run the same normzoo sweep "
+                        "command again to continue it (finished cells are kept, this one "
+                        "resumes from its checkpoint)", stop.signum) from None
     except Exception as error:  # the sweep goes on; sweep() reports every failed cell at the end
 
         row = {"cell": name, **cell, "status": "failed", "stopped": f"failed: {error}",

@@ -1,0 +1,31 @@
+"""A sweep stopped by a signal says to run the sweep again, and that advice works (issue 52,
+item 3). With ``--jobs 1`` the cells train in the sweep's own process, and the stop used to
+print the stopped cell's ``normzoo train ... --resume auto``: followed, it finished that cell
+alone, never the cells after it nor ``results.csv``."""
+
+from __future__ import annotations
+
+import csv
+import signal
+from pathlib import Path
+
+import yaml
+from test_resume import normzoo
+from test_resume_epoch_boundary import RECIPE
+
+
+def test_a_stopped_one_job_sweep_says_to_run_the_sweep_again_and_that_finishes_it(
+        tmp_path: Path):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**RECIPE, "trainer": {
+        **RECIPE["trainer"], "max_steps": 8}}))
+    sweep = ["sweep", "tiny.yaml", "--set", "seed=1,2", "--jobs", "1", "--out", "runs/s"]
+    stopped = normzoo(sweep, tmp_path, ["TERM", "3"])  # SIGTERM in the first cell's step 3
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "run the same normzoo sweep command again to continue it" in stopped.stderr
+    assert "normzoo train" not in stopped.stderr and "Traceback" not in stopped.stderr
+    again = normzoo(sweep, tmp_path)  # the advice, followed
+    assert again.returncode == 0, again.stderr
+    with open(tmp_path / "runs" / "s" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(row["seed"] for row in rows) == ["1", "2"]
+    assert all(row["status"] == "ok" and row["steps"] == "8" for row in rows)
