@@ -89,3 +89,20 @@ def test_the_advice_after_a_machine_failure_holds_for_the_run_as_it_stands(tmp_p
     assert "continue with --resume auto (from last.ckpt, step 5, which is intact)" in saved
     if isinstance(error, OSError):
         assert "writing run/logs/csv/metrics.csv" in saved  # the file is named
+
+
+def test_recipe_validate_refuses_the_empty_data_files_train_refuses(tmp_path: Path):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, text in (("train", ""), ("valid", "a\n"), ("test", " \n\n")):
+        for lang in ("en", "de"):
+            (data / f"{split}.{lang}").write_text(text)
+    files = ["data.source=files", "data.dir=data", "data.src_lang=en", "data.tgt_lang=de"]
+    for command in (["recipe", "validate"], ["train"]):
+        done = normzoo([*command, "tiny.yaml", *files, "run.dir=run"], tmp_path)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert "inputs missing or unusable" in done.stderr
+        assert "data file empty: data/train.en (the train split" in done.stderr
+        assert "data file empty: data/test.de (the test split" in done.stderr  # whitespace only
+    assert not (tmp_path / "run").exists()

@@ -133,9 +133,12 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
                                     f"{state}"))
         else:
             for role, paths in split_files(recipe).items():
-                problems += [Problem("data.dir", f"data file not found: {path} (the "
-                                     f"{role} split, data.{role}_split)")
-                             for path in paths if not path.is_file()]
+                for path in paths:
+                    state = ("not found" if not path.is_file() else
+                             "empty" if _blank(path) else None)
+                    if state:
+                        problems.append(Problem("data.dir", f"data file {state}: {path} (the "
+                                                f"{role} split, data.{role}_split)"))
     if data.source == "hub" and data.path and data.path.startswith(("~", "/", "./", "../")):
         folder = Path(os.path.expanduser(data.path))
         if not folder.is_dir():
@@ -152,6 +155,16 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
                                     "(no model.safetensors); give a .ckpt file or the folder "
                                     "`normzoo export` wrote"))
     return problems
+
+
+def _blank(path: Path, read_below: int = 1 << 16) -> bool:
+    """No line to read: an empty file, or (read only when small) one of whitespace alone,
+    which reading the data refuses later (:func:`normzoo.data.sources.read_lines`)."""
+    try:
+        size = path.stat().st_size
+        return size == 0 or (size < read_below and not path.read_bytes().strip())
+    except OSError:
+        return False
 
 
 # Each data key and the one source that reads it.
@@ -179,8 +192,8 @@ def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
     if problems:
         # A file that is there but cannot be used (a damaged or foreign tokenizer) is not "not
         # found": the title says which the reader is looking at.
-        unusable = any(p.path == "data.tokenizer.path" and "not found" not in p.message
-                       for p in problems)
+        unusable = any((p.path == "data.tokenizer.path" and "not found" not in p.message)
+                       or "data file empty" in p.message for p in problems)
         raise ConfigError(problems, "inputs missing or unusable" if unusable
                           else "inputs not found")
     return recipe
