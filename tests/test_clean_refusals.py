@@ -22,8 +22,9 @@ TINY = {"task": "translation", "seed": 1,
         "trainer": {"max_steps": 2, "progress_bar": False}}
 
 
-def normzoo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NORMZOO_CACHE": str(cwd / "cache"), "OMP_NUM_THREADS": "1"}
+def normzoo(args: list[str], cwd: Path, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NORMZOO_CACHE": str(cwd / "cache"), "OMP_NUM_THREADS": "1",
+           **env_vars}
     return subprocess.run([sys.executable, "-m", "normzoo", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -106,3 +107,13 @@ def test_recipe_validate_refuses_the_empty_data_files_train_refuses(tmp_path: Pa
         assert "data file empty: data/train.en (the train split" in done.stderr
         assert "data file empty: data/test.de (the test split" in done.stderr  # whitespace only
     assert not (tmp_path / "run").exists()
+
+
+def test_a_mistyped_cpu_bf16_override_is_refused_under_fp32_too(tmp_path: Path):
+    """Under fp32 the override is never read; ``yes`` was accepted and went into the record."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    done = normzoo(["train", "tiny.yaml", "trainer.precision=32-true", "run.dir=run"], tmp_path,
+                   NORMZOO_CPU_BF16="yes")
+    assert done.returncode == 2, done.stderr
+    assert "NORMZOO_CPU_BF16='yes': set it to 1" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()

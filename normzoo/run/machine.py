@@ -192,17 +192,25 @@ def _cpu_flags() -> set[str]:
 CPU_BF16_OVERRIDE = "NORMZOO_CPU_BF16"  # "0" or "1": take this answer instead of the CPU's
 
 
+def cpu_bf16_override() -> bool | None:
+    """What ``NORMZOO_CPU_BF16`` asks for (None: unset); a mistyped value is refused (exit 2).
+    A run checks it before it starts, whatever its precision: under fp32 the value is never
+    used, but it is recorded, and ``yes`` once went into a run's record unread."""
+    forced = os.environ.get(CPU_BF16_OVERRIDE)
+    if forced is not None and forced not in ("0", "1"):
+        raise NormzooError(f"{CPU_BF16_OVERRIDE}={forced!r}: set it to 1 (train in bf16 as if "
+                           "the CPU had it) or 0 (fall back to 32-true), or unset it")
+    return None if forced is None else forced == "1"
+
+
 def cpu_supports_bf16(*, honour_override: bool = True) -> bool:
     """Whether this CPU has bf16 arithmetic in hardware (not torch's emulation).
 
     ``NORMZOO_CPU_BF16=0|1`` overrides the answer (to test the fallback, or to train in bf16 on
     purpose) unless ``honour_override`` is false, as for the machine's record."""
-    forced = os.environ.get(CPU_BF16_OVERRIDE)
-    if honour_override and forced is not None:
-        if forced not in ("0", "1"):
-            raise NormzooError(f"{CPU_BF16_OVERRIDE}={forced!r}: set it to 1 (train in bf16 as if "
-                               "the CPU had it) or 0 (fall back to 32-true), or unset it")
-        return forced == "1"
+    forced = cpu_bf16_override() if honour_override else None
+    if forced is not None:
+        return forced
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64"):
         import torch

@@ -40,7 +40,7 @@ from normzoo.run.hardware import describe
 from normzoo.run.history import last_validation, metrics_path, resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.kernels import kernel_line, kernel_record
-from normzoo.run.machine import for_this_machine
+from normzoo.run.machine import cpu_bf16_override, for_this_machine
 from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
 from normzoo.run.resume import resume_command, starting_point
 from normzoo.run.trainer import (
@@ -95,6 +95,7 @@ class TrainingRun:
         for line in unread_data_keys(self.recipe) if self.rank == 0 else []:
             typer.echo(f"warning: {line}", err=True)
         requested_malloc()  # NORMZOO_CPU_MALLOC mistyped: refused before anything starts
+        cpu_bf16_override()  # and NORMZOO_CPU_BF16, whatever the precision
         self.recipe_path = recipe_path
         self.directory = RunDirectory(self.recipe, recipe_path, self.rank)  # locked in setup()
         self.run_dir = self.directory.path
