@@ -11,15 +11,17 @@ Layout (``--format normzoo``, the default)::
 ``--format hf`` writes what ``transformers``' Auto classes load instead (:mod:`normzoo.export.hf`).
 
 ``--average N`` averages the parameters of the N most recent checkpoints of the run first, as
-fairseq's ``average_checkpoints.py`` does. Either format is written whole or not at all.
+fairseq's ``average_checkpoints.py`` does. Either format is written whole or not at all: in a
+hidden staging folder beside ``--out``, renamed to it when complete. An export that is killed
+leaves that folder; the next export into the same folder removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,13 @@ from normzoo.checkpoints.rebuild import load_state
 from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
 from normzoo.errors import RuntimeFailure
 from normzoo.inference.load import load_checkpoint
-from normzoo.io.atomic import fsync_directory, not_a_folder, os_reason
+from normzoo.io.atomic import (
+    fsync_directory,
+    not_a_folder,
+    os_reason,
+    remove_stale_staging,
+    staging_folder,
+)
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -153,7 +161,9 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1,
     ``fmt`` is ``normzoo`` (returns ``out``) or ``hf`` (returns :class:`normzoo.export.hf.HFExport`,
     which says what was exported and how far its logits are from normzoo's). The files are
     written into a hidden folder beside ``out``, flushed, and the folder renamed to ``out``; an
-    unwritable or full disk removes it and raises :class:`RuntimeFailure`.
+    unwritable or full disk removes it and raises :class:`RuntimeFailure`. Such folders that
+    killed exports left beside ``out`` are removed first
+    (:func:`~normzoo.io.atomic.remove_stale_staging`).
     """
     from safetensors import SafetensorError
 
@@ -172,7 +182,9 @@ def export(checkpoint: str | Path, out: str | Path, average: int = 1,
                    f"checkpoints of {checkpoint.parent}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        with contextlib.suppress(OSError):  # tidying up is no reason to fail this export
+            remove_stale_staging(out.parent)  # what killed exports left, not running ones'
+        staging = staging_folder(out)
     except OSError as error:
         raise _write_failure(out, error) from None
     try:

@@ -28,6 +28,7 @@ from normzoo.checkpoints.reading import (  # noqa: F401  (public here: normzoo.c
     read_export_folder,
 )
 from normzoo.checkpoints.rebuild import rebuild
+from normzoo.inference import arguments
 from normzoo.inference.device import inference_device
 from normzoo.inference.model import Loaded
 
@@ -41,18 +42,22 @@ def _loaded(saved: SavedModel, where: torch.device) -> Loaded:
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     """A model from a Lightning checkpoint written by ``normzoo train``, on ``device``
     (:func:`~normzoo.inference.device.inference_device`)."""
+    path = arguments.path("path", path)
     where = inference_device(device)  # before reading: a device this machine lacks is refused
-    return _loaded(read_checkpoint_file(Path(path)), where)
+    return _loaded(read_checkpoint_file(path), where)
 
 
 def load_export(directory: str | Path, device: str | torch.device = "cpu") -> Loaded:
     """A model from a directory written by ``normzoo export``, on ``device``."""
+    directory = arguments.path("directory", directory)
     where = inference_device(device)
-    return _loaded(read_export_folder(Path(directory)), where)
+    return _loaded(read_export_folder(directory), where)
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     """Load a checkpoint file or an export directory (``normzoo.load``) onto ``device``:
-    ``cpu`` (the default), ``cuda``, ``cuda:1``, ``mps`` or ``auto`` (a GPU if there is one)."""
-    path = Path(path)
+    ``cpu`` (the default), ``cuda``, ``cuda:1``, ``mps`` or ``auto`` (a GPU if there is one).
+    A ``path`` or ``device`` of the wrong type or value is a TypeError or ValueError that says
+    what is accepted (:mod:`~normzoo.inference.arguments`)."""
+    path = arguments.path("path", path)
     return load_export(path, device) if path.is_dir() else load_checkpoint(path, device)

@@ -17,6 +17,8 @@ import torch
 from normzoo.data.examples import ParallelData
 from normzoo.data.tokenizer import BOS, EOS, Tokenizer
 from normzoo.errors import NormzooError
+from normzoo.inference import arguments
+from normzoo.inference.arguments import ArgumentTypeError
 from normzoo.inference.sampling import fit_prompt, ragged_sample_steps
 from normzoo.inference.translate import translate_dataset, warn_cut
 from normzoo.models.families import DecoderModel, Seq2SeqModel, TransformerModel
@@ -40,6 +42,7 @@ class Loaded:
 
     def generator(self, seed: int) -> torch.Generator:
         """A random generator on the model's device, seeded (for :meth:`stream`)."""
+        seed = arguments.seed("seed", seed, optional=False)
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def translate(self, sentences: list[str], *, beam: int | None = None,
@@ -51,12 +54,18 @@ class Loaded:
 
         An empty (or blank) sentence gets an empty translation. One longer than the model's
         positions is cut to fit, with an :class:`~normzoo.inference.translate.InputCut` warning that
-        names its line (``first_line`` for the first sentence)."""
+        names its line (``first_line`` for the first sentence).
+
+        Every argument is checked first (:mod:`~normzoo.inference.arguments`): a bad one is a
+        ValueError or TypeError naming it and what it accepts."""
+        config = self.eval_config(beam, lenpen)
+        sentences = _texts(sentences, "translate")
+        max_tokens = arguments.integer("max_tokens", max_tokens, minimum=1)
+        bf16 = arguments.flag("bf16", bf16)
+        first_line = arguments.integer("first_line", first_line, minimum=1)
         if not isinstance(self.model, Seq2SeqModel):
             raise NormzooError(f"{self.source} is not a translation model (its task is "
                                 f"{self.recipe.task})")
-        config = self.eval_config(beam, lenpen)
-        sentences = _texts(sentences, "translate")
         # A blank line is an empty one: no tokens, so no made-up translation.
         ids = self.tokenizer.encode_batch([s if s.strip() else "" for s in sentences])
         limit = self.model.config.max_positions
@@ -78,13 +87,14 @@ class Loaded:
         arithmetic). An empty (or blank) prompt gets an empty continuation; a prompt longer
         than the model's positions is cut to its last tokens, with an
         :class:`~normzoo.inference.translate.InputCut` warning that names its line
-        (``first_line`` for the first prompt)."""
-        self._causal_lm()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        (``first_line`` for the first prompt). Every argument is checked first, as for
+        :meth:`translate`."""
         prompts = _texts(prompts, "generate")
-        settings = {"max_new_tokens": max_new_tokens, "temperature": temperature,
-                    "top_k": top_k, "top_p": top_p}
+        settings = _sampling(max_new_tokens, temperature, top_k, top_p)
+        seed = arguments.seed("seed", seed, len(prompts))
+        batch_size = arguments.integer("batch_size", batch_size, minimum=1)
+        first_line = arguments.integer("first_line", first_line, minimum=1)
+        self._causal_lm()
         encoded = {}
         for i, prompt in enumerate(prompts):  # a loop: the warning's stack level is counted
             encoded[i] = self._prompt_ids(prompt, first_line + i)
@@ -108,17 +118,27 @@ class Loaded:
         (``normzoo generate`` at a terminal). The pieces join to what :meth:`generate` returns
         for the same generator state: the tokenizer's decoder maps tokens to text one by one,
         so the text of a token prefix is a prefix of the whole text. ``generator`` must be on
-        the model's device (:meth:`generator`); ``line`` names the prompt in a warning."""
-        self._causal_lm()
+        the model's device (:meth:`generator`); ``line`` names the prompt in a warning. The
+        arguments are checked at the call, before the first piece is asked for."""
         (prompt,) = _texts([prompt], "stream")
+        settings = _sampling(max_new_tokens, temperature, top_k, top_p)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ArgumentTypeError("generator must be a torch.Generator (Loaded.generator) "
+                                    f"or None, got {type(generator).__name__}")
+        line = arguments.integer("line", line, minimum=1)
+        self._causal_lm()
+        return self._pieces(prompt, settings, generator, line)
+
+    def _pieces(self, prompt: str, settings: dict[str, Any], generator: torch.Generator | None,
+                line: int) -> Iterator[str]:
+        """:meth:`stream`'s pieces."""
         ids = self._prompt_ids(prompt, line)
         if ids is None:
             return
         made: list[int] = []
         shown = ""
-        for (token,) in ragged_sample_steps(
-                self.model, [ids], max_new_tokens=max_new_tokens, temperature=temperature,
-                top_k=top_k, top_p=top_p, generators=[generator]):
+        for (token,) in ragged_sample_steps(self.model, [ids], generators=[generator],
+                                            **settings):
             if token is None:
                 continue
             if token == EOS:
@@ -147,14 +167,16 @@ class Loaded:
         return ids
 
     def eval_config(self, beam: int | None = None, lenpen: float | None = None) -> EvalConfig:
-        """The recipe's decoding settings with ``beam`` and ``lenpen`` put in, checked by the
-        recipe's own rules (a ValueError for ``beam=0``, not an IndexError inside the search)."""
+        """The recipe's decoding settings with ``beam`` and ``lenpen`` (None: the recipe's) put
+        in. Both are checked here, in the caller's words ("beam must be an integer >= 1, got
+        0"), rather than by pydantic's message about ``EvalConfig`` (or an IndexError inside
+        the search for ``beam=0``)."""
         update: dict[str, Any] = {}
         if beam is not None:
-            update["beam"] = beam
+            update["beam"] = arguments.integer("beam", beam, minimum=1)
         if lenpen is not None:
-            update["lenpen"] = lenpen
-        return EvalConfig.model_validate({**self.recipe.eval.model_dump(), **update})
+            update["lenpen"] = arguments.number("lenpen", lenpen, minimum=0)
+        return self.recipe.eval.model_copy(update=update)
 
 
 def _texts(texts: Any, method: str) -> list[str]:
@@ -162,13 +184,28 @@ def _texts(texts: Any, method: str) -> list[str]:
     would otherwise be taken as a list of one-letter sentences, and a number would fail deep
     inside the tokenizer."""
     if isinstance(texts, str):
-        raise TypeError(f"{method} takes a list of strings, not one string (it would be read "
-                        f"letter by letter): pass [text]")
-    texts = list(texts)
+        raise ArgumentTypeError(f"{method} takes a list of strings, not one string (it would "
+                                "be read letter by letter): pass [text]")
+    try:
+        texts = list(texts)
+    except TypeError:  # None, a number: Python's "object is not iterable" names neither
+        raise ArgumentTypeError(f"{method} takes a list of strings, got "
+                                f"{type(texts).__name__}") from None
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise TypeError(f"{method}: item {i} is not a string but {type(text).__name__}")
+            raise ArgumentTypeError(f"{method}: item {i} is not a string but "
+                                    f"{type(text).__name__}")
     return texts
+
+
+def _sampling(max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any) -> dict[str, Any]:
+    """The sampling settings of :meth:`Loaded.generate` and :meth:`Loaded.stream`, checked:
+    ``temperature=nan`` failed inside torch's sampling and ``max_new_tokens=-1`` returned
+    empty continuations without a word."""
+    return {"max_new_tokens": arguments.integer("max_new_tokens", max_new_tokens, minimum=1),
+            "temperature": arguments.number("temperature", temperature, minimum=0),
+            "top_k": arguments.integer("top_k", top_k, minimum=1, optional=True),
+            "top_p": arguments.number("top_p", top_p, above=0, maximum=1, optional=True)}
 
 
 def _until_eos(ids: list[int]) -> list[int]:

@@ -5,6 +5,10 @@ written to a temporary file in the same directory, flushed to disk, then renamed
 A rename within one directory is atomic on POSIX filesystems, so a process killed mid-write (or a
 disk that fills up) leaves at most a stray ``.*.tmp-*`` file, never a truncated checkpoint that a
 resume would pick up. :func:`remove_stale_temporaries` clears the strays of a killed run.
+
+A folder written whole (an export) is built the same way, in a hidden staging folder beside it
+(:func:`staging_folder`) renamed into place when complete; :func:`remove_stale_staging` clears
+those of killed writers, leaving alone the ones still being written.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ import contextlib
 import errno
 import io
 import os
+import re
+import shutil
+import socket
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -20,6 +28,7 @@ from typing import IO, Any
 from normzoo.errors import RuntimeFailure
 
 TMP_MARK = ".tmp-"
+STAGING_MARK = ".staging-"
 
 
 def temporary_path(path: Path) -> Path:
@@ -109,14 +118,64 @@ def save_figure(figure: Any, path: str | Path) -> None:
     atomic_write(path, lambda f: figure.savefig(f, format="png", dpi=110), "plot")
 
 
-def remove_stale_temporaries(directory: str | Path) -> list[Path]:
-    """Delete the temporary files a killed process left in ``directory``; return them."""
+def _marked(directory: str | Path, mark: str) -> list[Path]:
+    """The hidden entries of ``directory`` whose name holds ``mark``: a writer's temporaries,
+    never a user's file (those are not hidden, or do not carry the mark)."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    stale = [p for p in directory.iterdir() if p.name.startswith(".") and TMP_MARK in p.name]
+    return [p for p in directory.iterdir() if p.name.startswith(".") and mark in p.name]
+
+
+def remove_stale_temporaries(directory: str | Path) -> list[Path]:
+    """Delete the temporary files a killed process left in ``directory``; return them.
+
+    For a run's own folders, which one process writes at a time: every temporary there is a
+    killed process's."""
+    stale = _marked(directory, TMP_MARK)
     for p in stale:
         p.unlink(missing_ok=True)
+    return stale
+
+
+def _host() -> str:
+    # A host name as it can stand in a file name, and be split off again at its last dashes.
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+
+def staging_folder(path: Path) -> Path:
+    """A new, empty hidden folder beside ``path`` in which to build ``path``'s contents before
+    renaming it to ``path``: ``.NAME.staging-HOST-PID-XXXXXXXX``. The writer's host and process
+    id in the name let :func:`remove_stale_staging` tell a killed writer's folder from one
+    still being written by another process (two exports side by side)."""
+    prefix = f".{path.name}{STAGING_MARK}{_host()}-{os.getpid()}-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=path.parent))
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the writer named in a staging folder's name is certainly not running: it ran on
+    this host and no process has its id. One on another host (a shared file system) cannot be
+    asked, and a name not of :func:`staging_folder`'s making is not ours: both are kept."""
+    host, _, rest = name.rpartition(STAGING_MARK)[2].rpartition("-")[0].rpartition("-")
+    if os.name != "posix" or host != _host() or not rest.isdigit() or int(rest) <= 0:
+        return False
+    try:
+        os.kill(int(rest), 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, under another user
+        return False
+    return False
+
+
+def remove_stale_staging(directory: str | Path) -> list[Path]:
+    """Delete the staging folders (:func:`staging_folder`) that killed writers left in
+    ``directory``; return them. A folder whose writer may still be running is left alone, and
+    so is anything else hidden there."""
+    stale = [p for p in _marked(directory, STAGING_MARK)
+             if p.is_dir() and not p.is_symlink() and _writer_gone(p.name)]
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
     return stale
 
 
