@@ -97,14 +97,14 @@ def test_evaluate_in_bf16_decodes_under_autocast_and_says_so(ckpt, test_files, t
     for flag in ([], ["--bf16"]):
         result = runner.invoke(app, ["evaluate", str(ckpt), "--src", str(src), "--ref",
                                      str(ref), "--hyps", str(tmp_path / "h.txt"), "--json",
-                                     *flag])
+                                     "--force", *flag])
         assert result.exit_code == 0, result.output
         reports[bool(flag)] = json.loads(result.output)
     assert (reports[False]["precision"], reports[True]["precision"]) == ("fp32", "bf16")
     assert reports[True]["bleu"] == pytest.approx(reports[False]["bleu"], abs=5.0)
     assert reports[True]["bleu"] > 0.0
     plain = runner.invoke(app, ["evaluate", str(ckpt), "--src", str(src), "--ref", str(ref),
-                                "--hyps", str(tmp_path / "h.txt"), "--bf16"])
+                                "--hyps", str(tmp_path / "h.txt"), "--bf16", "--force"])
     assert "beam 1, bf16," in plain.output
     loaded = load_checkpoint(ckpt)
     seen = set()
@@ -288,7 +288,8 @@ def test_bleu_from_the_export_equals_bleu_from_the_checkpoint(ckpt, test_files, 
     scores = []
     for target in (ckpt, out):
         result = runner.invoke(app, ["evaluate", str(target), "--src", str(src), "--ref",
-                                     str(ref), "--hyps", str(tmp_path / "h.txt"), "--json"])
+                                     str(ref), "--hyps", str(tmp_path / "h.txt"), "--json",
+                                     "--force"])
         assert result.exit_code == 0, result.output
         scores.append(json.loads(result.output)["bleu"])
     assert scores[0] == scores[1]

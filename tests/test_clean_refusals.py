@@ -104,8 +104,8 @@ def test_recipe_validate_refuses_the_empty_data_files_train_refuses(tmp_path: Pa
         done = normzoo([*command, "tiny.yaml", *files, "run.dir=run"], tmp_path)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert "inputs missing or unusable" in done.stderr
-        assert "data file empty: data/train.en (the train split" in done.stderr
-        assert "data file empty: data/test.de (the test split" in done.stderr  # whitespace only
+        assert "data file is empty: data/train.en (the train split" in done.stderr
+        assert "data file is empty: data/test.de (only whitespace) (the test split" in done.stderr
     assert not (tmp_path / "run").exists()
 
 

@@ -173,7 +173,8 @@ def test_evaluate_hypotheses_on_an_unwritable_disk(tiny_checkpoint: Path, tmp_pa
              hazards.full_disk(folder, 0 if hazard == "full" else 5))
     reason = {"read-only": "Permission denied", "read-only file system": "Read-only file system"}
     with guard:
-        cli(["evaluate", tiny_checkpoint, "--src", src, "--ref", ref, "--hyps", hyps], 1,
+        cli(["evaluate", tiny_checkpoint, "--src", src, "--ref", ref, "--hyps", hyps,
+             "--force"], 1,
             str(hyps), reason.get(hazard, "the disk is full"))
     assert hyps.read_text() == "the previous hypotheses\n"  # untouched, not half-written
     assert not leftovers(folder)

@@ -119,3 +119,20 @@ def test_shell_completion_is_on(monkeypatch: pytest.MonkeyPatch):
     result = runner.invoke(app, ["--show-completion", "bash"])
     assert result.exit_code == 0 and "_normzoo_completion" in result.output
     assert "--install-completion" in runner.invoke(app, ["--help"]).output
+
+
+def test_more_new_tokens_than_the_model_holds_is_said_not_silently_cut(lm_checkpoint: Path,
+                                                                       tmp_path: Path):
+    """``--max-new-tokens 100000`` was cut to the model's positions without a word."""
+    import subprocess
+    import sys
+
+    positions = normzoo.load(lm_checkpoint).model.config.max_positions
+    done = subprocess.run([sys.executable, "-m", "normzoo", "generate", str(lm_checkpoint),
+                           "--prompt", "the dog", "--seed", "1", "--max-new-tokens", "100000"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (f"warning: --max-new-tokens 100,000: the model holds {positions:,} positions, "
+            f"prompt included, so each continuation stops there (at most {positions - 1:,} "
+            "new tokens)") in done.stderr
+    assert len(done.stdout.splitlines()) == 1

@@ -1,6 +1,13 @@
 """``normzoo evaluate``: scoring a checkpoint or export on a split of its recipe's data or on
 given files, the way a paper's numbers are made.
 
+What to score is said once: ``--split`` or ``--src``/``--ref``, never both. sacreBLEU's own
+command line refuses a test set (``-t``) given with reference files ("I need exactly one of
+...") rather than pick one: a score on the files, read as the split's, ends up in a paper
+table. An explicit ``--hyps`` file that exists is kept unless ``--force``, as ``train`` keeps
+a run directory: hypotheses of another model or beam would be lost without a word. The
+default ``hyps.SPLIT.evaluate.txt`` is evaluate's own output and is rewritten.
+
 Checkpoint loading and sacreBLEU load inside the command, never at import.
 """
 
@@ -42,6 +49,7 @@ def evaluate(
     hyps: Path = typer.Option(None, metavar="FILE",
                               help="Where to write hypotheses (default: "
                               "hyps.SPLIT.evaluate.txt)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --hyps file."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
     device: str = device_option(),
 ) -> None:
@@ -53,8 +61,15 @@ def evaluate(
     from normzoo.inference.translate import language_model_metrics
     from normzoo.io.atomic import atomic_write_text
 
+    if split is not None and (src is not None or ref is not None):
+        given = " and ".join(o for o, v in (("--src", src), ("--ref", ref)) if v is not None)
+        raise NormzooError(f"--split {split} and {given} both say what to score: drop "
+                           f"--split to score the files, or {given} to score split {split}")
     if hyps is not None:
         check_output_file(hyps, "--hyps")
+        if hyps.exists() and not force:
+            raise NormzooError(f"--hyps {hyps} exists; give another file, or --force to "
+                               "overwrite it")
     loaded = load(checkpoint, device)
     if (src is None) != (ref is None) and loaded.recipe.task == "translation":
         raise NormzooError("--src and --ref go together")
@@ -65,7 +80,8 @@ def evaluate(
     if loaded.recipe.task != "translation":
         given = [option for option, value in (("--beam", beam), ("--lenpen", lenpen),
                                               ("--bf16", bf16 or None), ("--hyps", hyps),
-                                              ("--ref", ref)) if value is not None]
+                                              ("--ref", ref), ("--force", force or None))
+                 if value is not None]
         if given:  # they would be ignored without a word, and the reader believe them used
             verb = "applies" if len(given) == 1 else "apply"
             raise NormzooError(f"{', '.join(given)} {verb} to translation only; {checkpoint} "

@@ -63,6 +63,11 @@ def generate(
     live = prompt is None and interactive(input)
     prompts = None if prompt is not None or live else read_inputs(input)
     loaded = load(checkpoint, device)
+    positions = loaded.model.config.max_positions
+    if max_new_tokens >= positions:  # a prompt takes a position at least (BOS)
+        typer.echo(f"warning: --max-new-tokens {max_new_tokens:,}: the model holds "
+                   f"{positions:,} positions, prompt included, so each continuation stops "
+                   f"there (at most {positions - 1:,} new tokens)", err=True)
     settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
                 "top_p": top_p}
     out = typer.get_text_stream("stdout")

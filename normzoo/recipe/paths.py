@@ -134,11 +134,12 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
         else:
             for role, paths in split_files(recipe).items():
                 for path in paths:
-                    state = ("not found" if not path.is_file() else
-                             "empty" if _blank(path) else None)
+                    blank = _blank(path) if path.is_file() else None
+                    state = ("not found: " if not path.is_file() else
+                             "is empty: " if blank is not None else None)
                     if state:
-                        problems.append(Problem("data.dir", f"data file {state}: {path} (the "
-                                                f"{role} split, data.{role}_split)"))
+                        problems.append(Problem("data.dir", f"data file {state}{path}{blank or ''}"
+                                                f" (the {role} split, data.{role}_split)"))
     if data.source == "hub" and data.path and data.path.startswith(("~", "/", "./", "../")):
         folder = Path(os.path.expanduser(data.path))
         if not folder.is_dir():
@@ -157,14 +158,19 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
     return problems
 
 
-def _blank(path: Path, read_below: int = 1 << 16) -> bool:
-    """No line to read: an empty file, or (read only when small) one of whitespace alone,
-    which reading the data refuses later (:func:`normzoo.data.sources.read_lines`)."""
+def _blank(path: Path, read_below: int = 1 << 16) -> str | None:
+    """None where the file has a line to read; else what it holds in words (an empty file:
+    ""; one of whitespace alone, read only when small: " (only whitespace)"), as reading the
+    data would refuse it later (:func:`normzoo.data.sources.read_lines`)."""
     try:
         size = path.stat().st_size
-        return size == 0 or (size < read_below and not path.read_bytes().strip())
+        if size == 0:
+            return ""
+        if size < read_below and not path.read_bytes().strip():
+            return " (only whitespace)"
     except OSError:
-        return False
+        pass
+    return None
 
 
 # Each data key and the one source that reads it.
@@ -193,7 +199,7 @@ def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
         # A file that is there but cannot be used (a damaged or foreign tokenizer) is not "not
         # found": the title says which the reader is looking at.
         unusable = any((p.path == "data.tokenizer.path" and "not found" not in p.message)
-                       or "data file empty" in p.message for p in problems)
+                       or "data file is empty" in p.message for p in problems)
         raise ConfigError(problems, "inputs missing or unusable" if unusable
                           else "inputs not found")
     return recipe

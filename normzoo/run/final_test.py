@@ -14,6 +14,7 @@ from normzoo.export.writer import average_state
 from normzoo.inference import translate
 from normzoo.inference.scoring import score
 from normzoo.io.atomic import atomic_write_text
+from normzoo.nn.embeddings import to_float32
 from normzoo.recipe import Recipe
 
 
@@ -28,10 +29,19 @@ def test_language_model(recipe: Recipe, task, data,
                         trainer) -> tuple[dict[str, float], dict[str, Any]]:
     """Task metrics of the best checkpoint on the validation split (``val/*``) and on the test
     split (all ranks take part). The test runs as ``trainer.test`` and logs under ``test/``, so
-    its numbers never stand in for the validation metrics."""
+    its numbers never stand in for the validation metrics.
+
+    Both score in float32 whatever ``trainer.precision`` trained in (the task's
+    ``float32_scores``), as the translation test decodes: so they are what ``normzoo evaluate``
+    scores from the checkpoint, and runs trained in other precisions are scored alike."""
     _load_best(task, trainer)
-    validation = trainer.validate(task, dataloaders=data.val_dataloader(), verbose=False)[0]
-    test = trainer.test(task, dataloaders=data.test_dataloader(), verbose=False)[0]
+    task.float32_scores = True
+    try:
+        validation = trainer.validate(task, dataloaders=data.val_dataloader(),
+                                      verbose=False)[0]
+        test = trainer.test(task, dataloaders=data.test_dataloader(), verbose=False)[0]
+    finally:
+        task.float32_scores = False
     return ({k: float(v) for k, v in validation.items()},
             {"split": recipe.data.test_split,
              **{k.removeprefix("test/"): float(v) for k, v in test.items()}})
@@ -46,10 +56,12 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     The decoding runs on the device that trained (rank 0's): Lightning's teardown at the end of
     ``fit`` moves the model to the CPU, where an 18+18 model's four decodes of test2016 (beam
     and greedy, best and averaged) outlasted 200 s on an H200 machine's host CPU. The model
-    goes back to the CPU afterwards, as Lightning left it.
+    goes back to the CPU afterwards, as Lightning left it. It decodes in float32 (a
+    ``bf16-true`` run's weights cast up), as ``normzoo evaluate`` does by default.
     """
     _load_best(task, trainer)
     task.to(trainer.strategy.root_device)
+    to_float32(task)
     try:
         summary = _test_translation(recipe, task, data, trainer)
     finally:
