@@ -117,3 +117,16 @@ def test_a_mistyped_cpu_bf16_override_is_refused_under_fp32_too(tmp_path: Path):
     assert done.returncode == 2, done.stderr
     assert "NORMZOO_CPU_BF16='yes': set it to 1" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_raw_pickle_is_refused_in_one_line_without_torch_s_warnings(tmp_path: Path):
+    import pickle
+
+    with open(tmp_path / "raw.ckpt", "wb") as f:
+        pickle.dump({"state_dict": {}, "when": __import__("datetime").date(2026, 1, 1)}, f,
+                    protocol=4)
+    (tmp_path / "in.txt").write_text("a b c\n")
+    done = normzoo(["translate", "raw.ckpt", "--input", "in.txt"], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: raw.ckpt is not a readable checkpoint")
+    assert "UserWarning" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,11 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        # torch warns about a file it then refuses (a raw pickle's protocol): the refusal below
+        # says what matters, in one line, without torch's lines before it.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         refused = _refused_global(error)
         if refused is None:
