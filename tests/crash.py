@@ -3,6 +3,7 @@
     python tests/crash.py step N   normzoo-args...  # SIGKILL as training step N is about to run
     python tests/crash.py write N  normzoo-args...  # SIGKILL half-way through the N-th checkpoint
     python tests/crash.py enospc N normzoo-args...  # the disk is full at the N-th step-*.ckpt write
+    python tests/crash.py full RE  normzoo-args...  # no byte fits in a file whose path matches RE
     python tests/crash.py pause N  normzoo-args...  # at step N write ./paused, wait for ./go
     python tests/crash.py TERM N   normzoo-args...  # SIGTERM (or USR1, ...) as step N starts
     python tests/crash.py test INT normzoo-args...  # SIGINT (or TERM, ...) in the final test
@@ -105,6 +106,33 @@ def disk_full_at_step_checkpoint(nth: int) -> None:
     atomic.os = SimpleNamespace(**{**vars(os), "fsync": fsync_or_full})
 
 
+def disk_full_for(pattern: str) -> None:
+    """Every file whose path matches ``pattern`` (``/logs/``: the run's loggers) opened for
+    writing takes no byte, as on a full disk: its writes fill the buffer, then its flush or
+    close fails with ENOSPC and no file name, as the kernel reports a buffered write."""
+    import builtins
+
+    real_open = builtins.open
+
+    class Full(io.FileIO):
+        def write(self, data) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def open_on_a_full_disk(file, mode="r", buffering=-1, encoding=None, errors=None,
+                            newline=None, closefd=True, opener=None):
+        if not (isinstance(file, str | os.PathLike) and set(mode) & set("wax+")
+                and re.search(pattern, str(Path(file).absolute()))):
+            return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        raw = Full(file, next(c for c in mode if c in "rwax") + ("+" if "+" in mode else ""))
+        buffered = io.BufferedRandom(raw) if "+" in mode else io.BufferedWriter(raw)
+        if "b" in mode:
+            return buffered
+        return io.TextIOWrapper(buffered, encoding=encoding or "utf-8", errors=errors,
+                                newline=newline)
+
+    builtins.open = open_on_a_full_disk
+
+
 def signal_in_final_test(signum: int) -> None:
     """Send ``signum`` to this process as the final test decodes the test split (after fit)."""
     from normzoo.run import final_test
@@ -124,6 +152,8 @@ if __name__ == "__main__":
              "enospc": disk_full_at_step_checkpoint, "pause": pause_at_step}
     if mode == "test":
         signal_in_final_test(signal.Signals[f"SIG{at}"])
+    elif mode == "full":
+        disk_full_for(at)
     elif mode in modes:
         modes[mode](int(at))
     else:

@@ -103,6 +103,9 @@ def test_wandb_offline_run_holds_the_metrics_and_the_recipe(logged_run: Path):
             assert record.run.display_name == "tiny-run" and record.run.project == "nz-test"
     assert history == pytest.approx(csv_losses(logged_run), rel=1e-6)
     assert config["recipe"]["model"]["d_model"] == 32
+    # The file whole once train.run returns (close_loggers waits for W&B's service to write it
+    # out), even on a loaded machine: it ends with the finished run's exit record.
+    assert records[-1].WhichOneof("record_type") == "exit" and records[-1].exit.exit_code == 0
 
 
 def test_tensorboard_and_csv_stay_the_default(logged_run: Path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import warnings
 from collections.abc import Iterator
@@ -75,6 +76,9 @@ def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
         elif kind == "tensorboard":
             built.append(KeptOpenTensorBoardLogger(logs))
         elif kind == "wandb":
+            # W&B logs to files in the run directory: on a full disk, logging's own report of
+            # each failed record was a traceback. The run reports the full disk once, itself.
+            logging.raiseExceptions = False
             built.append(WandbLogger(name=name, project=project, entity=run.entity,
                                      save_dir=str(logs), offline=run.offline))
         elif kind == "mlflow":
@@ -87,15 +91,54 @@ def build_loggers(recipe: Recipe, run_dir: Path) -> list[Any]:
     return built
 
 
-def close_loggers(trainer: Any) -> None:
-    """End the W&B run when the training run ends (Lightning leaves it open, for notebooks), so
-    that its records are written out whole, offline too, before the process exits; close the
-    TensorBoard writer (:class:`~normzoo.run.callbacks.logs.KeptOpenTensorBoardLogger`)."""
+def close_loggers(trainer: Any, exit_code: int = 0) -> None:
+    """End every logger as the run ends, however it ends (``exit_code``: 0 completed, 1 failed,
+    3 diverged, 128 + signal stopped), before the process says how it ended: the CSV rows
+    written, the TensorBoard file closed, the MLflow run marked (``FINISHED``, ``FAILED`` or
+    ``KILLED``), the W&B run finished with the exit code and W&B's service waited for.
+
+    Lightning leaves the W&B run open (for notebooks), and ``finish()`` returns before W&B's
+    service has written the offline run file out: read at once, on a loaded machine, it had no
+    history. Nothing is left for an exit hook to write, which on a full disk printed a
+    traceback after the run's own error. Each logger's error is contained: the first is raised
+    after all are ended, and only when the run was otherwise ending well (an OS error names
+    its file where known); a failing run reports its own error."""
+    errors: list[BaseException] = []
+    finished_wandb = False
     for logger in trainer.loggers:
-        if isinstance(logger, WandbLogger) and logger._experiment is not None:
-            logger.experiment.finish()
-        elif isinstance(logger, KeptOpenTensorBoardLogger):
-            logger.close()
+        try:
+            if isinstance(logger, WandbLogger):
+                if logger._experiment is not None:
+                    finished_wandb = True
+                    logger._experiment.finish(exit_code=exit_code)
+            elif isinstance(logger, KeptOpenTensorBoardLogger):
+                logger.close()
+            elif isinstance(logger, MLFlowLogger):
+                logger.finalize("success" if exit_code == 0 else
+                                "KILLED" if exit_code > 128 else "failed")
+            else:  # the CSV logger, and any other: its buffered rows written
+                logger.save()
+        except Exception as error:  # every logger ended; the first is raised below
+            errors.append(error)
+    if finished_wandb:
+        errors += _wandb_teardown(exit_code)
+    if errors and exit_code == 0:
+        error = errors[0]
+        if isinstance(error, (OSError, NormzooError)):
+            raise error
+        raise RuntimeFailure(f"could not end the run's logs: {error}") from None
+
+
+def _wandb_teardown(exit_code: int) -> list[BaseException]:
+    """Wait for W&B's service to write out every finished run and exit (its teardown; only
+    then is an offline run file whole); its error, if any, as a list."""
+    import wandb
+
+    try:
+        wandb.teardown(exit_code)
+    except (Exception, SystemExit) as error:  # W&B's teardown may call sys.exit
+        return [error]
+    return []
 
 
 @dataclass
@@ -224,14 +267,27 @@ def machine_failures(trainer: Any, checkpoints: Path | None = None) -> Iterator[
             f"out of memory at step {trainer.global_step}: lower data.max_tokens (raise "
             f"trainer.accumulate to keep the batch), then {_then(checkpoints)}"
         ) from None
-    except OSError as error:
-        if error.errno != errno.ENOSPC:
+    except Exception as raised:  # a NormzooError has its message (a file's, a divergence's)
+        error = None if isinstance(raised, NormzooError) else disk_full(raised)
+        if error is None:
             raise
         where = f" writing {error.filename}" if error.filename else ""
         raise RuntimeFailure(
             f"the disk is full (at step {trainer.global_step}{where}): free space, then "
             f"{_then(checkpoints)}"
         ) from None
+
+
+def disk_full(error: BaseException | None) -> OSError | None:
+    """The full disk (ENOSPC) behind ``error``: itself, or what it was raised from or while
+    handling, as MLflow's file store wraps it in its own exception."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _then(checkpoints: Path | None) -> str:

@@ -79,9 +79,23 @@ def run(
     try:
         training.setup()
         training.fit()
-        return training.write_summary("completed", **training.test())
-    finally:
-        training.close()
+        summary = training.write_summary("completed", **training.test())
+    except BaseException as ending:
+        training.close(exit_code(ending))
+        raise
+    training.close(0)
+    return summary
+
+
+def exit_code(ending: BaseException) -> int:
+    """The exit code ``ending`` ends the process with (a stop signal's 128 + signal, a
+    divergence's 3, a user error's 2, else 1): the loggers record the run's ending by it."""
+    if isinstance(ending, KeyboardInterrupt) or (  # Lightning ends a Ctrl-C it caught so:
+            isinstance(ending, SystemExit) and isinstance(ending.__context__, KeyboardInterrupt)):
+        return 128 + signal.SIGINT
+    if isinstance(ending, StopSignal | SIGTERMException):
+        return 128 + getattr(ending, "signum", signal.SIGTERM)
+    return getattr(ending, "exit_code", 1)
 
 
 class TrainingRun:
@@ -224,13 +238,14 @@ class TrainingRun:
         self.directory.write("summary.json", json.dumps(summary, indent=2), "summary")
         return summary
 
-    def close(self) -> None:
-        """Close the loggers (W&B's run, the TensorBoard writer) and let go of the lock. A run
-        that failed before it wrote anything leaves no run directory behind (every ending
-        after that has written ``summary.json`` or the run's files into it)."""
+    def close(self, exit_code: int = 0) -> None:
+        """End every logger (:func:`~normzoo.run.trainer.close_loggers`: a failing run's
+        ``exit_code`` contains their errors) and let go of the lock. A run that failed before
+        it wrote anything leaves no run directory behind (every ending after that has written
+        ``summary.json`` or the run's files into it)."""
         try:
             if self.trainer is not None:
-                close_loggers(self.trainer)
+                close_loggers(self.trainer, exit_code)
         finally:
             self.directory.release()
 
