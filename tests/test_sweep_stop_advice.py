@@ -29,3 +29,20 @@ def test_a_stopped_one_job_sweep_says_to_run_the_sweep_again_and_that_finishes_i
         rows = list(csv.DictReader(f))
     assert sorted(row["seed"] for row in rows) == ["1", "2"]
     assert all(row["status"] == "ok" and row["steps"] == "8" for row in rows)
+
+
+def test_the_same_train_command_on_a_stopped_run_says_to_resume_it(tmp_path: Path):
+    """Found by the fault pass: the refusal's only advice was --force, which threw away the
+    stopped run's steps."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**RECIPE, "trainer": {
+        **RECIPE["trainer"], "max_steps": 8}}))
+    train = ["train", "tiny.yaml", "run.dir=runs/t"]
+    assert normzoo(train, tmp_path, ["TERM", "6"]).returncode == 128 + signal.SIGTERM
+    again = normzoo(train, tmp_path)
+    assert again.returncode == 2
+    assert ("already holds a run that stopped at step 7 with a checkpoint: continue it with "
+            "--resume auto") in again.stderr
+    resumed = normzoo([*train, "--resume", "auto"], tmp_path)  # the advice, followed
+    assert resumed.returncode == 0, resumed.stderr
+    finished = normzoo(train, tmp_path)  # a completed run: no such advice
+    assert finished.returncode == 2 and "--resume auto" not in finished.stderr

@@ -118,10 +118,28 @@ def refuse_existing_run(run_dir: Path, force: bool) -> bool:
     holds_run = bool(_contents(run_dir))
     if holds_run and not force:
         raise RunDirectoryExists(
-            f"run directory {run_dir} already holds a run; pass --force to overwrite it, "
-            "or choose another with run.dir=PATH"
+            f"run directory {run_dir} already holds a run{_unfinished(run_dir)}; pass --force "
+            "to overwrite it, or choose another with run.dir=PATH"
         )
     return holds_run
+
+
+def _unfinished(run_dir: Path) -> str:
+    """For a run that stopped before its end with a checkpoint, the way on that keeps its
+    steps: the refusal's only advice was --force, which threw them away."""
+    from normzoo.checkpoints.rolling import newest_checkpoint
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        summary = {}
+    if isinstance(summary, dict) and summary.get("status") == "completed":
+        return ""
+    newest = newest_checkpoint(run_dir / "checkpoints")
+    if newest is None:
+        return ""
+    return (f" that stopped at step {newest.step} with a checkpoint: continue it with "
+            "--resume auto (the same command and overrides)")
 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> Path:
