@@ -46,3 +46,19 @@ def test_the_same_train_command_on_a_stopped_run_says_to_resume_it(tmp_path: Pat
     assert resumed.returncode == 0, resumed.stderr
     finished = normzoo(train, tmp_path)  # a completed run: no such advice
     assert finished.returncode == 2 and "--resume auto" not in finished.stderr
+
+
+def test_resuming_a_completed_run_changes_nothing_and_says_so(tmp_path: Path):
+    """Found by the fault pass: --resume auto on a finished run ran the final validation and
+    test again and rewrote their rows a step early (two rows at step 19, none at 20)."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**RECIPE, "trainer": {
+        **RECIPE["trainer"], "max_steps": 6}}))
+    train = ["train", "tiny.yaml", "run.dir=runs/c"]
+    assert normzoo(train, tmp_path).returncode == 0
+    run = tmp_path / "runs" / "c"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    again = normzoo([*train, "--resume", "auto"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "is complete (step 6, trainer.max_steps=6): nothing to resume" in again.stderr
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # metrics.csv, summary.json, checkpoints: untouched

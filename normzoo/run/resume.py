@@ -43,6 +43,7 @@ checkpoint). To continue the weights under such changes, start a new run from th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -277,3 +278,21 @@ def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str])
             override.partition("=")[0].strip() == "run.dir" for override in overrides):
         words.append(f"run.dir={run_dir}")
     return shlex.join(words)
+
+
+def completed(run_dir: Path, step: int, recipe: Recipe) -> dict | None:
+    """The summary of a run that ``--resume auto`` finds complete: its summary says so and its
+    checkpoint is at ``trainer.max_steps``. Resuming it ran the final validation and test again
+    and rewrote their rows a step early (the fault pass: two rows at step 19, none at 20): now
+    nothing is written, and the run says so (raise ``trainer.max_steps`` to train on)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    limit = recipe.trainer.max_steps
+    if not (isinstance(summary, dict) and summary.get("status") == "completed"
+            and limit and step >= limit):
+        return None
+    typer.echo(f"{run_dir} is complete (step {step}, trainer.max_steps={limit}): nothing to "
+               "resume; raise trainer.max_steps to train on", err=True)
+    return summary

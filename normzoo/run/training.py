@@ -42,7 +42,7 @@ from normzoo.run.init_weights import initial_weights
 from normzoo.run.kernels import kernel_line, kernel_record
 from normzoo.run.machine import cpu_bf16_override, for_this_machine
 from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
-from normzoo.run.resume import resume_command, starting_point
+from normzoo.run.resume import completed, resume_command, starting_point
 from normzoo.run.trainer import (
     RunCallbacks,
     build_loggers,
@@ -78,8 +78,9 @@ def run(
     training = TrainingRun(recipe, recipe_path, force=force, resume=resume, overrides=overrides)
     try:
         training.setup()
-        training.fit()
-        summary = training.write_summary("completed", **training.test())
+        if (summary := training.complete) is None:
+            training.fit()
+            summary = training.write_summary("completed", **training.test())
     except BaseException as ending:
         training.close(exit_code(ending))
         raise
@@ -123,6 +124,7 @@ class TrainingRun:
         self.data: TextDataModule | None = None
         self.shapes: ShapeCount | None = None  # one epoch's training batches, for the summary
         self.task: Any = None
+        self.complete: dict | None = None  # a completed run's summary, --resume auto
 
     def setup(self) -> None:
         """Everything before ``fit``, ordered so that what can fail fails before anything is
@@ -137,6 +139,9 @@ class TrainingRun:
             self.init = initial_weights(self.recipe)
         else:
             self.ckpt_path, self.resumed_step = start.checkpoint, start.step
+            if (done := completed(self.run_dir, start.step, self.recipe)) is not None:
+                self.complete = done  # nothing to train, test or write
+                return
         quiet_libraries()
         self.callbacks = RunCallbacks.for_recipe(self.recipe, self.run_dir)
         self.trainer = build_trainer(self.recipe, self.run_dir, callbacks=self.callbacks)
