@@ -130,3 +130,21 @@ def test_a_raw_pickle_is_refused_in_one_line_without_torch_s_warnings(tmp_path: 
     assert done.returncode == 2
     assert done.stderr.startswith("error: raw.ckpt is not a readable checkpoint")
     assert "UserWarning" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_recipe_validate_refuses_what_train_refuses_init_and_encoding(tmp_path: Path):
+    """Found by the fault pass: validate said ok to a garbage init.from and a non-UTF-8 data
+    file, which train then refused."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    (tmp_path / "bad.ckpt").write_text("garbage\n")
+    done = normzoo(["recipe", "validate", "tiny.yaml", "init.from=bad.ckpt"], tmp_path)
+    assert done.returncode == 2 and "bad.ckpt is not a readable checkpoint" in done.stderr
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            (data / f"{split}.{lang}").write_bytes(b"a b c\n")
+    (data / "train.de").write_bytes(b"\xff\xfe\x80 not text\n")
+    files = ["data.source=files", "data.dir=data", "data.src_lang=en", "data.tgt_lang=de"]
+    done = normzoo(["recipe", "validate", "tiny.yaml", *files], tmp_path)
+    assert done.returncode == 2 and "data file is not UTF-8 text: data/train.de" in done.stderr

@@ -136,7 +136,8 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
                 for path in paths:
                     blank = _blank(path) if path.is_file() else None
                     state = ("not found: " if not path.is_file() else
-                             "is empty: " if blank is not None else None)
+                             "is empty: " if blank is not None else
+                             "is not UTF-8 text: " if not _utf8_start(path) else None)
                     if state:
                         problems.append(Problem("data.dir", f"data file {state}{path}{blank or ''}"
                                                 f" (the {role} split, data.{role}_split)"))
@@ -151,6 +152,9 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
         path = Path(os.path.expanduser(init))
         if not path.exists():
             problems.append(Problem("init.from", f"no checkpoint or export folder at {path}"))
+        elif path.is_file() and _checkpoint_step(path) is None:
+            problems.append(Problem("init.from", f"{path} is not a readable checkpoint "
+                                    "(truncated, damaged, or not a checkpoint at all)"))
         elif path.is_dir() and not (path / "model.safetensors").is_file():
             problems.append(Problem("init.from", f"{path} is a folder but not a normzoo export "
                                     "(no model.safetensors); give a .ckpt file or the folder "
@@ -171,6 +175,31 @@ def _blank(path: Path, read_below: int = 1 << 16) -> str | None:
     except OSError:
         pass
     return None
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    from normzoo.checkpoints.rolling import checkpoint_step
+
+    return checkpoint_step(path)
+
+
+def _utf8_start(path: Path, length: int = 1 << 16) -> bool:
+    """Whether the file's first ``length`` bytes are UTF-8 (a character cut at the end
+    allowed), as reading the data requires; validate said ok to a file train then refused."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(length)
+    except OSError:
+        return True  # not ours to judge here: reading it will say what is wrong
+    cuts = range(4) if len(head) == length else range(1)  # cut only where the read cut
+    for cut in cuts:
+        try:
+            head[: len(head) - cut].decode("utf-8")
+            return True
+        except UnicodeDecodeError as error:
+            if error.start < len(head) - 4:
+                return False
+    return False
 
 
 # Each data key and the one source that reads it.
