@@ -85,7 +85,10 @@ def loggers(tmp_path: Path, fail: bool = False) -> tuple[list[Any], dict[str, li
     wandb._experiment = Finishing()
     seen["wandb"] = wandb._experiment.exit_codes
     mlflow = MLflow.__new__(MLflow)  # no tracking store: its finalize is all that is called
-    built = [wandb, mlflow, TensorBoard(tmp_path), CSV(tmp_path)]
+    tensorboard, csv = TensorBoard(tmp_path), CSV(tmp_path)
+    for written in (tensorboard, csv):  # a run's loggers have been written to: ended then
+        written._experiment = object()
+    built = [wandb, mlflow, tensorboard, csv]
     return built, seen
 
 

@@ -106,6 +106,8 @@ def close_loggers(trainer: Any, exit_code: int = 0) -> None:
     errors: list[BaseException] = []
     finished_wandb = False
     for logger in trainer.loggers:
+        if getattr(logger, "_experiment", True) is None:
+            continue  # never written to: ending it would create its files in the run's folder
         try:
             if isinstance(logger, WandbLogger):
                 if logger._experiment is not None:
