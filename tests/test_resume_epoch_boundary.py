@@ -16,19 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_resume import RECIPE as RESUME_RECIPE
 from test_resume import normzoo
 
-RECIPE = {
-    "task": "translation", "seed": 3,
-    "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
-              "decoder_layers": 1, "dropout": 0.1, "residual": "pre"},
-    "data": {"source": "builtin", "train_limit": 60, "valid_limit": 20, "max_tokens": 512,
-             "max_len": 32, "tokenizer": {"type": "bpe", "vocab_size": 300}},
-    "optim": {"lr": 1.0e-3, "warmup_steps": 5},
-    "trainer": {"max_steps": 15, "val_every_steps": 5, "log_every_steps": 1,
-                "progress_bar": False},
-    "eval": {"valid_bleu": False},
-}
+# test_resume's tiny run, with 60 sentences in batches of 512 tokens: 3 batches an epoch.
+RECIPE = {**RESUME_RECIPE,
+          "data": {**RESUME_RECIPE["data"], "train_limit": 60, "max_tokens": 512},
+          "trainer": {**RESUME_RECIPE["trainer"], "max_steps": 15}}
 STEPS = 15
 COLUMNS = ("epoch", "train/loss", "train/batches", "train/samples", "train/lengths")
 

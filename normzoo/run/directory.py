@@ -124,16 +124,21 @@ def refuse_existing_run(run_dir: Path, force: bool) -> bool:
     return holds_run
 
 
+def run_summary(run_dir: Path) -> dict:
+    """The run's ``summary.json``, or an empty dict where there is none (or none readable)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def _unfinished(run_dir: Path) -> str:
     """For a run that stopped before its end with a checkpoint, the way on that keeps its
     steps: the refusal's only advice was --force, which threw them away."""
     from normzoo.checkpoints.rolling import newest_checkpoint
 
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        summary = {}
-    if isinstance(summary, dict) and summary.get("status") == "completed":
+    if run_summary(run_dir).get("status") == "completed":
         return ""
     newest = newest_checkpoint(run_dir / "checkpoints")
     if newest is None:

@@ -43,7 +43,6 @@ checkpoint). To continue the weights under such changes, start a new run from th
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -60,7 +59,7 @@ from normzoo.errors import NormzooError
 from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
-from normzoo.run.directory import RunDirectoryExists, run_directory_override
+from normzoo.run.directory import RunDirectoryExists, run_directory_override, run_summary
 from normzoo.run.preemption import slurm_restarted
 from normzoo.run.recipe_changes import Change, recipe_changes, shown
 
@@ -285,13 +284,8 @@ def completed(run_dir: Path, step: int, recipe: Recipe) -> dict | None:
     checkpoint is at ``trainer.max_steps``. Resuming it ran the final validation and test again
     and rewrote their rows a step early (the fault pass: two rows at step 19, none at 20): now
     nothing is written, and the run says so (raise ``trainer.max_steps`` to train on)."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    limit = recipe.trainer.max_steps
-    if not (isinstance(summary, dict) and summary.get("status") == "completed"
-            and limit and step >= limit):
+    summary, limit = run_summary(run_dir), recipe.trainer.max_steps
+    if not (summary.get("status") == "completed" and limit and step >= limit):
         return None
     typer.echo(f"{run_dir} is complete (step {step}, trainer.max_steps={limit}): nothing to "
                "resume; raise trainer.max_steps to train on", err=True)
