@@ -114,7 +114,7 @@ def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainS
     from normzoo.recipe import from_dict
     from normzoo.run.machine import batch_ladder
     from normzoo.tasks.optim import build_optimizer
-    from normzoo.tasks.translation import TranslationTask
+    from normzoo.tasks.translation.module import TranslationTask
 
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
@@ -244,7 +244,8 @@ class Entry(NamedTuple):
 
 MBART = "transformers.models.mbart.modeling_mbart"
 TRAINERS: dict[str, Entry] = {
-    "normzoo": Entry("normzoo (pre + layernorm)", "normzoo.tasks.translation", normzoo_train),
+    "normzoo": Entry("normzoo (pre + layernorm)", "normzoo.tasks.translation.module",
+                     normzoo_train),
     "x-transformers": Entry("x-transformers XTransformer", "x_transformers", xtransformers_train),
     "transformers": Entry("Hugging Face mBART", MBART, mbart_train),
     "torch": Entry("torch.nn.Transformer(norm_first=True)", "torch.nn", torch_train),

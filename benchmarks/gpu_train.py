@@ -143,7 +143,7 @@ def parameters(run_dir: Path) -> int:
     from tokenizers import Tokenizer
 
     from normzoo.recipe import load
-    from normzoo.tasks.translation import TranslationTask
+    from normzoo.tasks.translation.module import TranslationTask
 
     recipe = load(run_dir / "recipe.yaml")
     vocab = Tokenizer.from_file(str(run_dir / "tokenizer.json")).get_vocab_size()

@@ -1,4 +1,4 @@
-# Sourced by the scripts that prepare a lent GPU machine (gpu_check.sh, study_depth_gpu.sh):
+# Sourced by the scripts that prepare a lent GPU machine (gpu_check.sh, studies/depth/gpu.sh):
 # the packages its image lacks, as wheels for its Python (3.12, manylinux x86-64), pinned to the
 # versions a local environment has, so the GPU runs what the CPU ran. A name the environment
 # does not have is an error: there would be no version to pin.

@@ -77,7 +77,7 @@ def profile_steps(precision: str, steps: int, recipe_path: Path, overrides: list
     from normzoo.recipe import load
     from normzoo.tasks.datamodule import TextDataModule
     from normzoo.tasks.optim import build_optimizer
-    from normzoo.tasks.translation import TranslationTask
+    from normzoo.tasks.translation.module import TranslationTask
 
     recipe = load(recipe_path, overrides)
     module = TextDataModule(recipe, None, show_progress=False)

@@ -135,7 +135,7 @@ def disk_full_for(pattern: str) -> None:
 
 def signal_in_final_test(signum: int) -> None:
     """Send ``signum`` to this process as the final test decodes the test split (after fit)."""
-    from normzoo.run import final_test
+    from normzoo.tasks.translation import final_test
 
     score = final_test._score_test
 

@@ -108,7 +108,7 @@ def test_list_unknown_kind_exits_2(runner, kind, hint):
     result = runner.invoke(app, ["list", kind])
     assert result.exit_code == 2
     assert f"error: unknown kind '{kind}'" in result.output
-    assert "use all, norms or residuals" in result.output
+    assert "use all, norms, residuals or tasks" in result.output
     assert (f"did you mean '{hint}'" in result.output) == bool(hint)
     assert "Traceback" not in result.output
 

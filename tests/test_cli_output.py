@@ -127,7 +127,7 @@ def test_help_lists_choices_and_defaults():
         return runner.invoke(app, [*command, "--help"], terminal_width=200).output
 
     assert "[normzoo|hf]" in helps("export") and "[default: normzoo]" in helps("export")
-    assert "normzoo list [OPTIONS] [all|norms|residuals]" in helps("list")
+    assert "normzoo list [OPTIONS] [all|norms|residuals|tasks]" in helps("list")
     assert "[default: all]" in helps("list")
     assert "[local|slurm]" in helps("sweep")
     assert "--hyps" in helps("evaluate") and "FILE" in helps("evaluate")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from normzoo.recipe import from_dict
-from normzoo.tasks.translation import TranslationTask
+from normzoo.tasks.translation.module import TranslationTask
 
 RECIPE = {
     "task": "translation",

@@ -14,7 +14,7 @@ import typer
 from normzoo.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md",
+PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", ROOT / "studies" / "README.md",
          *sorted((ROOT / "docs").glob("**/*.md"))]
 
 

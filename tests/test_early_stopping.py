@@ -54,7 +54,7 @@ def test_early_stopping_settings_are_checked_with_the_recipe(tmp_path: Path):
 
 def test_the_average_of_the_converged_checkpoints_is_scored_beside_the_best(tmp_path: Path,
                                                                            monkeypatch):
-    from normzoo.run import final_test
+    from normzoo.tasks.translation import final_test
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     # The best validation point at step 2 of 4: the converged stretch is steps 2-4.
@@ -73,7 +73,7 @@ def test_the_average_of_the_converged_checkpoints_is_scored_beside_the_best(tmp_
 
 
 def test_a_run_still_improving_at_its_end_has_no_average(tmp_path: Path, monkeypatch):
-    from normzoo.run import final_test
+    from normzoo.tasks.translation import final_test
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(final_test, "best_checkpoint_step", lambda trainer: 4)  # the newest
@@ -86,7 +86,7 @@ def test_a_run_still_improving_at_its_end_has_no_average(tmp_path: Path, monkeyp
 
 
 def test_converged_checkpoints_are_those_from_the_best_validation_point_on():
-    from normzoo.run.final_test import converged_checkpoints
+    from normzoo.tasks.translation.final_test import converged_checkpoints
 
     steps = [(s, Path(f"step-{s}.ckpt")) for s in (500, 1000, 1500, 2000, 2500)]
     # Early stopping with patience 4: the best and the four after it, the newest N of them.
@@ -108,7 +108,7 @@ def test_averaging_more_checkpoints_than_the_run_keeps_is_refused(tmp_path: Path
 
 
 def test_the_best_checkpoint_step_is_read_from_the_best_checkpoint(tmp_path: Path, monkeypatch):
-    from normzoo.run import final_test
+    from normzoo.tasks.translation import final_test
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     seen = []

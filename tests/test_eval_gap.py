@@ -1,4 +1,4 @@
-"""``benchmarks/eval_gap.py`` and the depth study's section built on it: the eval path is checked
+"""``studies/depth/eval_gap.py`` and the depth study's section built on it: the eval path is checked
 against train mode with dropout at 0, each kind of dropout is found and switched on alone, a
 collapsed model (the same prediction at every position) is told apart from a working one, and
 the report's findings follow the measured files."""
@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import eval_gap
-import study_eval_gap
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: studies/
 from normzoo.models.assemble import assemble
+from studies.depth import eval_gap
+from studies.depth import gap_text as study_eval_gap
 
 VOCAB = 50
 

@@ -40,7 +40,7 @@ def test_the_final_test_decodes_on_the_training_device(tmp_path: Path,
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(translate, "translate_dataset", recording)
-    from normzoo.run import final_test
+    from normzoo.tasks.translation import final_test
 
     # The best validation point at step 2, so steps 2 and 4 are the converged stretch averaged.
     monkeypatch.setattr(final_test, "best_checkpoint_step", lambda trainer: 2)
@@ -62,7 +62,7 @@ def test_the_decodes_run_on_the_strategys_root_device_and_the_model_returns_to_t
     GPU fit), and it must end on the CPU, where Lightning's teardown left it."""
     from types import SimpleNamespace
 
-    from normzoo.run import final_test
+    from normzoo.tasks.translation import final_test
 
     class Task(torch.nn.Module):
         place = "cpu"  # where Lightning's teardown leaves the model

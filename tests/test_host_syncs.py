@@ -28,7 +28,7 @@ from normzoo.recipe import from_dict
 from normzoo.run import training as train
 from normzoo.tasks.base import NormzooTask
 from normzoo.tasks.compiled import CompileCount
-from normzoo.tasks.translation import TranslationTask
+from normzoo.tasks.translation.module import TranslationTask
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

@@ -192,6 +192,7 @@ BAD_TYPED = {  # values of the wrong type, by the kind of a leaf
     "compile": ["fast", 2, 0.5, [True], {"a": 1}, None],
     "loggers": ["csv", 5, {"a": 1}, [5], ["comet"], ["csv", "csv"], ["tensorboard"]],
     "buckets": ["wide", 1.5, True, {"a": 1}, [0], [16, 8], [8, 8], [1.5], [], 0, -3],
+    "mapping": ["x", 5, 1.5, True, ["a"]],  # task_options: a mapping the task checks
 }
 
 
@@ -203,6 +204,8 @@ def _kind(leaf: Leaf) -> Any:
         return "tuple"
     if get_origin(base) is list:  # trainer.loggers, the one list of names
         return "loggers"
+    if get_origin(base) is dict:  # task_options, the one free mapping
+        return "mapping"
     if leaf.path == "data.buckets":  # a count, a list of lengths, auto or null
         return "buckets"
     if get_origin(base) in (Union, types.UnionType):  # the two unions
@@ -240,7 +243,8 @@ RANGED = [leaf for leaf in LEAVES.values() if out_of_range(leaf)]
 
 # Leaves the valid-value strategy leaves alone: their valid values depend on other keys.
 CROSS_FIELD = {"task", "model.family", "model.d_model", "model.heads", "model.vocab_size",
-               "model.pad_id", "model.encoder_layers", "model.decoder_layers", "optim.lr",
+               "task_options", "model.pad_id", "model.encoder_layers", "model.decoder_layers",
+               "optim.lr",
                "optim.min_lr", "data.source", "model.norm", "model.residual", "data.streaming",
                "data.max_len", "data.max_tokens", "eval.average_last",
                "trainer.keep_checkpoints", "model.kv_heads", "model.positions",

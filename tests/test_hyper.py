@@ -14,6 +14,7 @@ from torch import nn
 
 from normzoo.models import assemble
 from normzoo.residual import Family, StackInfo
+from normzoo.residual import hyper as hc
 from normzoo.residual.hyper import Hyper, HyperResidual
 
 SMALL = {"vocab_size": 61, "d_model": 32, "heads": 4, "ffn_dim": 64, "encoder_layers": 2,
@@ -227,3 +228,98 @@ def test_mhc_decodes_incrementally_as_its_full_forward_and_trains(family: str):
     logits = model(tgt) if family == "decoder" else model(tgt, tgt)
     logits.float().logsumexp(-1).mean().backward()
     assert model.decoder.layers[0].ffn_residual.dynamic_alpha.grad.abs().sum() > 0
+
+
+# -- the condition of equality: the norm the dynamic connections read H through ------------------
+def _scheme_connection(name: str, mixing: str, streams: int = 3, dim: int = 16):
+    """Layer 1's self-attention connection (k = 2) as the scheme builds it, every norm the
+    model's a LayerNorm (``model.norm``'s default), its parameters moved off their init."""
+    from normzoo.residual.mhc import MHC
+
+    stack = StackInfo(Family.DECODER, "decoder", 0, 3, dim)
+    scheme = (Hyper(stack, streams=streams, mixing_norm=mixing) if name == "hyper"
+              else MHC(stack, streams=streams, mixing_norm=mixing))
+    ours = scheme.residual(_site(stack, 1), lambda: nn.LayerNorm(dim))
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return ours
+
+
+def _the_reference(name: str, ours, branch: nn.Module):
+    """The reference connection around ``ours``'s pre-norm and ``branch``, with its parameters."""
+    module = pytest.importorskip("hyper_connections.manifold_constrained_hyper_connections")
+    streams, dim = ours.static_alpha.shape[0], ours.dynamic_alpha.shape[0]
+    cls = (pytest.importorskip("hyper_connections").HyperConnections if name == "hyper"
+           else module.ManifoldConstrainedHyperConnections)
+    theirs = cls(streams, dim=dim, branch=nn.Sequential(ours.norm, branch), layer_index=2)
+    if name == "hyper":
+        mapping = {"static_alpha": "static_alpha", "static_beta": "static_beta",
+                   "dynamic_alpha_fn": "dynamic_alpha", "dynamic_beta_fn": "dynamic_beta",
+                   "dynamic_alpha_scale": "dynamic_alpha_scale",
+                   "dynamic_beta_scale": "dynamic_beta_scale"}
+    else:
+        mapping = {"static_alpha": "static_alpha", "static_beta": "static_beta",
+                   "dynamic_alpha_fn": "dynamic_alpha", "dynamic_beta_fn": "dynamic_beta",
+                   "pre_branch_scale": "pre_scale", "residual_scale": "residual_scale",
+                   "h_post_scale": "post_scale"}
+    with torch.no_grad():
+        for their_name, our_name in mapping.items():
+            their = getattr(theirs, their_name)
+            their.copy_(getattr(ours, our_name).reshape(their.shape))
+        theirs.norm.gamma.copy_(ours.mix_norm.gamma)
+    return theirs
+
+
+@pytest.mark.parametrize("name", ["hyper", "mhc"])
+def test_the_schemes_equal_the_reference_with_mixing_norm_reference(name: str):
+    """docs/schemes.md's condition: ``mixing_norm: reference``, whatever ``model.norm`` (here
+    LayerNorm, the default, before each sublayer as the reference's branch has it)."""
+    torch.manual_seed(7)
+    ours = _scheme_connection(name, "reference")
+    assert isinstance(ours.mix_norm, hc.ReferenceRMSNorm)
+    h = torch.randn(2, 5, 3, 16)
+    formula = ReferenceRMSNorm(16)  # the test's own transcription of the reference's norm
+    with torch.no_grad():
+        formula.gamma.copy_(ours.mix_norm.gamma)
+    torch.testing.assert_close(ours.mix_norm(h), formula(h))
+    branch = nn.Linear(16, 16)
+    theirs = _the_reference(name, ours, branch)
+    expected = theirs(h.permute(0, 2, 1, 3).reshape(6, 5, 16))
+    expected = expected.reshape(2, 3, 5, 16).permute(0, 2, 1, 3)
+    torch.testing.assert_close(ours(h, branch), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["hyper", "mhc"])
+def test_with_the_models_layernorm_the_dynamic_connections_are_not_the_references(name: str):
+    """The default, ``mixing_norm: model``, keeps normzoo's connections (a LayerNorm's
+    parameters, so its checkpoints load) and is not the reference: LayerNorm centres H."""
+    torch.manual_seed(7)
+    default = _scheme_connection(name, "model")
+    assert isinstance(default.mix_norm, nn.LayerNorm)
+    torch.manual_seed(7)
+    reference = _scheme_connection(name, "reference")
+    h = torch.randn(2, 5, 3, 16) + 1.0  # a mean over the channels, which LayerNorm removes
+    with torch.no_grad():  # the same connections; the norms as alike as LayerNorm can be
+        for their_name, their in reference.named_parameters():
+            if not their_name.startswith("mix_norm."):
+                default.get_parameter(their_name).copy_(their)
+        default.mix_norm.weight.copy_(reference.mix_norm.gamma + 1)
+        default.mix_norm.bias.zero_()
+    for ours, theirs in zip(default.connections(h), reference.connections(h), strict=True):
+        assert (ours - theirs).abs().max() > 1e-2
+
+
+def test_mixing_norm_reaches_the_scheme_from_the_recipe_and_its_gamma_is_not_decayed():
+    from normzoo.recipe import OptimConfig
+    from normzoo.tasks.optim import build_optimizer
+
+    model = assemble({**SMALL, "family": "decoder",
+                      "residual": {"name": "mhc", "streams": 2, "mixing_norm": "reference"}})
+    residual = model.decoder.layers[0].ffn_residual
+    assert isinstance(residual.mix_norm, hc.ReferenceRMSNorm)
+    optimizer, _ = build_optimizer(model, OptimConfig(weight_decay=0.1), 10)
+    decayed = {id(p) for p in optimizer.param_groups[0]["params"]}
+    assert id(residual.mix_norm.gamma) not in decayed
+    default = assemble({**SMALL, "family": "decoder", "residual": "hyper"})
+    assert "decoder.layers.0.ffn_residual.mix_norm.bias" in default.state_dict()

@@ -171,7 +171,7 @@ def test_a_run_the_machine_fails_records_the_failure(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch):
     """Out of memory mid-run: exit 1 with what to do, and ``summary.json`` says so too (it
     is written by every ending, through ``TrainingRun.write_summary``)."""
-    from normzoo.tasks.translation import TranslationTask
+    from normzoo.tasks.translation.module import TranslationTask
 
     step = TranslationTask.training_step
 

@@ -261,7 +261,7 @@ def test_averaged_and_greedy_scores_go_to_every_logger():
 
     from lightning.pytorch.loggers import Logger
 
-    from normzoo.run.final_test import log_test_scores
+    from normzoo.tasks.translation.final_test import log_test_scores
 
     class Recording(Logger):
         name, version = "recording", 0

@@ -22,7 +22,7 @@ from normzoo.checkpoints.relocate import relocated_state
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
 from normzoo.run.callbacks import RelocateCheckpoints
-from normzoo.tasks.translation import TranslationTask
+from normzoo.tasks.translation.module import TranslationTask
 
 
 def _recipe(run_dir: Path, max_steps: int) -> Any:

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 import normzoo.tasks.base as base
 from normzoo.recipe import OptimConfig, from_dict
 from normzoo.tasks.optim import adamw_impl, build_optimizer
-from normzoo.tasks.translation import TranslationTask
+from normzoo.tasks.translation.module import TranslationTask
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")

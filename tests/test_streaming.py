@@ -1,5 +1,5 @@
-"""Streaming token-budget batches (normzoo.data.streaming) on a local folder in the hub's layout,
-read offline with ``datasets.load_dataset(..., streaming=True)`` as a recipe would."""
+"""Streaming token-budget batches (normzoo.tasks.lm.streaming) on a local folder in the hub's
+layout, read offline with ``datasets.load_dataset(..., streaming=True)`` as a recipe would."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from test_sources import hub_folder, offline  # noqa: F401  (offline is a fixture)
 
 from normzoo.data.sources import DataError
-from normzoo.data.streaming import StreamingBatches
 from normzoo.data.tokenizer import BOS, EOS
+from normzoo.tasks.lm.streaming import StreamingBatches
 
 pytestmark = pytest.mark.usefixtures("offline")
 MAX_LEN, MAX_TOKENS = 16, 48
@@ -226,7 +226,7 @@ def test_a_ladder_pads_each_streamed_batch_to_its_rung(folder: Path):
     example longer than it and keeps the token budget; the loader pads to it."""
     from normzoo.data.examples import mask_tokens, pad
     from normzoo.data.shapes import LengthLadder
-    from normzoo.data.streaming import StreamingLoader
+    from normzoo.tasks.lm.streaming import StreamingLoader
 
     ladder = LengthLadder.spread(4, MAX_LEN)
     batches = make(folder, "mlm", ladder=ladder)

@@ -1,5 +1,5 @@
-"""The depth study under issue 51's rule (``benchmarks/study_depth_verdicts.py``,
-``study_depth_tables.py``): the sentence-level test is the hierarchical bootstrap, the seeds'
+"""The depth study under issue 51's rule (``studies/depth/verdicts.py``,
+``tables.py``): the sentence-level test is the hierarchical bootstrap, the seeds'
 test is paired where both sides ran the same seeds, a comparison whose cells mix device kinds is
 at most indicated, every not shown carries the 95% interval of the difference, "equal" comes
 only from the equivalence test against a stated margin, and each table of comparisons says
@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import study_depth
-import study_depth_tables as tables
-import study_depth_verdicts as verdicts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: studies/
+from studies.depth import report as study_depth
+from studies.depth import tables, verdicts
 
 WORDS = ["ein", "mann", "fährt", "mit", "dem", "fahrrad", "durch", "die", "stadt", "am", "abend"]
 REFERENCES = [" ".join(WORDS[i % 5:i % 5 + 6]) + f" {i}" for i in range(60)]
@@ -264,8 +263,8 @@ def test_unscored_gpu_cells_say_they_need_a_gpu(page):
 
     text = page(fill)
     assert "| Sub-LN | 1: – (GPU) | trained, not scored: its test needs a GPU " \
-           "(`benchmarks/study_depth_gpu.sh`), not scored this session |" in text
-    assert "Scoring them needs a GPU (`benchmarks/study_depth_gpu.sh`); they were not scored " \
+           "(`studies/depth/gpu.sh`), not scored this session |" in text
+    assert "Scoring them needs a GPU (`studies/depth/gpu.sh`); they were not scored " \
            "this session." in text
 
 

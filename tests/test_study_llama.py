@@ -1,4 +1,4 @@
-"""``benchmarks/study_llama.py``: the schemes-in-a-Llama report is built from the sweeps' files
+"""``studies/llama/report.py``: the schemes-in-a-Llama report is built from the sweeps' files
 alone, renders while cells are missing, keeps the cells already collected when a later sweep
 adds seeds, and judges each scheme against Pre-LN by the seed-aware verdict: the paired t-test
 where both sides ran the same seeds (Welch's otherwise), shown only with three seeds a side and
@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import study_llama
-from study_llama_text import MARGIN, holm_cell, summary_lines, verdict_cell
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: studies/
 from normzoo.sweep.significance import holm
+from studies.llama import report as study_llama
+from studies.llama.text import MARGIN, holm_cell, summary_lines, verdict_cell
 
 
 def _cell(root: Path, dataset: str, scheme: str, seed: str, loss: float,

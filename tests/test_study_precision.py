@@ -1,4 +1,4 @@
-"""``benchmarks/study_precision.py`` under the verdict rule of issue 51: the same seeds in both
+"""``studies/precision/report.py`` under the verdict rule of issue 51: the same seeds in both
 precisions are a paired design, so the paired t-test decides and is named; every *not shown*
 carries the 95% interval of the difference; "equal" comes only from the equivalence test (TOST)
 against the stated margins; a column says whether Holm's correction over the table keeps each
@@ -15,11 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import study_precision
-import study_precision_verdicts as verdicts
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: studies/
 from normzoo.sweep.significance import holm, paired_t_p, welch_p
+from studies.precision import report as study_precision
+from studies.precision import verdicts
 
 
 def _fake(study: str, scheme: str, precision: str, seed: str, bleu: float, val: float,

@@ -1,4 +1,4 @@
-"""``benchmarks/study_depth.py``: the depth study's report is built from the sweeps' files alone,
+"""``studies/depth/report.py``: the depth study's report is built from the sweeps' files alone,
 renders while cells are missing, and decides each verdict by its stated rule: a difference is
 shown only with three seeds a side, the seeds' t-test (paired: the schemes ran the same seeds)
 and the hierarchical bootstrap of the translations (seeds, then sentences) both below 0.05, one
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import study_depth
-import study_depth_cells
-import study_depth_plan as plan
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: studies/
+from studies.depth import cells as study_depth_cells
+from studies.depth import plan
+from studies.depth import report as study_depth
 
 WORDS = ["ein", "mann", "fährt", "mit", "dem", "fahrrad", "durch", "die", "stadt", "am", "abend"]
 REFERENCES = [" ".join(WORDS[i % 5:i % 5 + 6]) + f" {i}" for i in range(60)]

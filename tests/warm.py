@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 PRELOAD = ("torch", "lightning.pytorch", "normzoo.cli", "normzoo.run.training",
-           "normzoo.tasks.translation", "normzoo.tasks.lm")
+           "normzoo.tasks.translation.module", "normzoo.tasks.lm.module")
 # Read by normzoo (and Lightning's SLURM detection) only as a command runs: a forked child can
 # take another value of these than its warm process had. Any other may be read at import.
 RUNTIME = ("NORMZOO_CACHE", "PATH", "PYTEST_CURRENT_TEST")

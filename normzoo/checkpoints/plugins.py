@@ -1,8 +1,9 @@
 """Step two of loading a model: the plugins that built it, installed and importable here?
 
-A checkpoint and an export record every plugin (norm, residual scheme) that built the model,
-with its distribution and version (:class:`normzoo.registry.entry.PluginInfo`). A missing or
-broken one is named with the ``pip install`` that fixes it, before anything is rebuilt.
+A checkpoint and an export record every plugin that built the model (its norm, residual scheme
+and ``model.qk_norm``), with its distribution and version
+(:class:`normzoo.registry.entry.PluginInfo`). A missing or broken one is named with the
+``pip install`` that fixes it, before anything is rebuilt.
 """
 
 from __future__ import annotations

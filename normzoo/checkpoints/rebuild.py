@@ -11,9 +11,9 @@ import torch
 from normzoo import registry
 from normzoo.checkpoints.reading import CheckpointError, SavedModel, error_line, examples
 from normzoo.errors import ConfigError
-from normzoo.models import assemble
 from normzoo.models.families import TransformerModel
 from normzoo.recipe import Recipe, from_dict
+from normzoo.tasks import task_of
 
 
 def rebuild(saved: SavedModel, differences: list[str]) -> tuple[Recipe, TransformerModel]:
@@ -21,7 +21,7 @@ def rebuild(saved: SavedModel, differences: list[str]) -> tuple[Recipe, Transfor
     if any, are blamed on the plugin version ``differences`` where there are any."""
     with registry.pinned(saved.plugins):
         recipe = _recipe(saved.recipe, saved.source, differences)
-        model = assemble(recipe.model, vocab_size=saved.tokenizer.vocab_size)
+        model = task_of(recipe).build_model(recipe, saved.tokenizer.vocab_size)
     weights = with_tied_names(model, saved.weights) if saved.tied_once else saved.weights
     load_state(model, weights, saved.source)
     return recipe, model

@@ -89,7 +89,7 @@ def _debug_in_argv(argv: Sequence[str]) -> bool:
 
 def main() -> None:
     """Console-script entry point."""
-    # Called by a program's top level (the console script, python -m normzoo, cli.py), main
+    # Called by a program's top level (the console script, python -m normzoo), main
     # ends the process: then a stop signal once the command's work is done is its Ending's, to
     # the process's last moment. Called from other code (a test), it leaves the signal handlers
     # as it found them.

@@ -49,7 +49,9 @@ def compare(
 
     if margin is not None and margin <= 0:
         raise typer.BadParameter("must be above 0", param_hint="--margin")
-    if run_task([*baseline, *system]) == "translation":
+    from normzoo.tasks import task_of
+
+    if task_of(run_task([*baseline, *system])).compared_by == "hypotheses":
         result = compare_runs(baseline, system, data_dir, samples, margin)
         typer.echo(to_json(result) if as_json else format_comparison(result))
         return

@@ -60,7 +60,7 @@ def sigterm_raises() -> Iterator[None]:
 
 
 # What a command stopped by Ctrl-C or SIGTERM was doing, what it leaves, and what to do next.
-# `normzoo train` gives the exception a note of its own where this is not all (normzoo.cli.train).
+# A training run gives the exception a note of its own where this is not all (normzoo.run.endings).
 AGAIN = ": run the same command again"
 INTERRUPTED = {
     "prepare": "while preparing the data; nothing half-built was kept (a tokenizer trained to "

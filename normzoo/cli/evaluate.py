@@ -23,7 +23,6 @@ from normzoo.cli.common import (
     beam_option,
     check_output_file,
     device_option,
-    input_warnings,
     lenpen_option,
     user_errors,
 )
@@ -55,11 +54,9 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
-    from normzoo.data.sources import DataError, load_parallel, load_text, read_lines
     from normzoo.errors import NormzooError
     from normzoo.inference.load import load
-    from normzoo.inference.translate import language_model_metrics
-    from normzoo.io.atomic import atomic_write_text
+    from normzoo.tasks import EvaluateRequest, task_names, task_of
 
     if split is not None and (src is not None or ref is not None):
         given = " and ".join(o for o, v in (("--src", src), ("--ref", ref)) if v is not None)
@@ -71,55 +68,22 @@ def evaluate(
             raise NormzooError(f"--hyps {hyps} exists; give another file, or --force to "
                                "overwrite it")
     loaded = load(checkpoint, device)
-    if (src is None) != (ref is None) and loaded.recipe.task == "translation":
-        raise NormzooError("--src and --ref go together")
+    task = task_of(loaded.recipe)
+    given = [option for option, value in (("--beam", beam), ("--lenpen", lenpen),
+                                          ("--bf16", bf16 or None), ("--hyps", hyps),
+                                          ("--ref", ref), ("--force", force or None))
+             if value is not None and option not in task.evaluate_options]
+    if given:  # they would be ignored without a word, and the reader believe them used
+        verb = "applies" if len(given) == 1 else "apply"
+        users = [name for name in task_names()
+                 if set(given) <= task_of(name).evaluate_options] or ["other tasks"]
+        raise NormzooError(f"{', '.join(given)} {verb} to {' and '.join(users)} only; "
+                           f"{checkpoint} is {task.kind} (task {loaded.recipe.task})")
     data = loaded.recipe.data
     if data_dir is not None:
         data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
-    name = split or data.test_split
-    if loaded.recipe.task != "translation":
-        given = [option for option, value in (("--beam", beam), ("--lenpen", lenpen),
-                                              ("--bf16", bf16 or None), ("--hyps", hyps),
-                                              ("--ref", ref), ("--force", force or None))
-                 if value is not None]
-        if given:  # they would be ignored without a word, and the reader believe them used
-            verb = "applies" if len(given) == 1 else "apply"
-            raise NormzooError(f"{', '.join(given)} {verb} to translation only; {checkpoint} "
-                               f"is a language model (task {loaded.recipe.task})")
-        lines = read_lines(src) if src is not None else load_text(data, name)
-        result = {"checkpoint": str(checkpoint), "split": str(src or name),
-                  **language_model_metrics(loaded, lines, batch_tokens)}
-        typer.echo(json.dumps(result, indent=2) if as_json else
-                   "  ".join(f"{k}={v}" for k, v in result.items()))
-        return
-    if src is not None:
-        sources, references = read_lines(src), read_lines(ref)
-        if len(sources) != len(references):
-            raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
-        name = src.stem
-    else:
-        sources, references = load_parallel(data, name)
-    from normzoo.inference.scoring import score
-
-    config = loaded.eval_config(beam, lenpen)
-    with input_warnings():  # a sentence longer than the model's positions, named
-        hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
-                                      max_tokens=batch_tokens, bf16=bf16)
-    # Not hyps.SPLIT.txt: inside a run directory that is the training's final test, which
-    # normzoo compare reads, and a re-scoring must leave the run's files as they were.
-    out = hyps or Path(f"hyps.{name}.evaluate.txt")
-    check_output_file(out, "--hyps")
-    atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all
-    result = score(hypotheses, references)
-    report = {"checkpoint": str(checkpoint), "split": name, "beam": config.beam,
-              "lenpen": config.lenpen, "precision": "bf16" if bf16 else "fp32",
-              "hypotheses": str(out), **result.as_dict()}
-    if as_json:
-        typer.echo(json.dumps(report, indent=2))
-    else:
-        precision = ", bf16" if bf16 else ""
-        typer.echo(f"BLEU = {result.bleu:.2f}  chrF = {result.chrf:.2f}  "
-                   f"({result.sentences} sentences, beam {config.beam}{precision}, "
-                   f"hypotheses in {out})")
-        typer.echo(f"BLEU signature: {result.bleu_signature}")
-        typer.echo(f"chrF signature: {result.chrf_signature}")
+        loaded.recipe = loaded.recipe.model_copy(update={"data": data})
+    request = EvaluateRequest(str(checkpoint), split or data.test_split, src, ref, beam,
+                              lenpen, batch_tokens, bf16, hyps)
+    report, lines = task.evaluate(loaded, request)
+    typer.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))

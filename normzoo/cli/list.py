@@ -1,4 +1,5 @@
-"""``normzoo list``: what norms and residual schemes are installed, and which plugins are broken.
+"""``normzoo list``: what norms, residual schemes and tasks are installed, and which plugins
+are broken.
 
 Not wrapped in the user-error guard: it reports its one user error (an unknown kind) itself.
 Third-party plugins are imported (whether they import is part of the answer); normzoo's own
@@ -14,13 +15,13 @@ from normzoo.errors import NormzooError
 
 
 def list_plugins(
-    kind: str = typer.Argument("all", metavar="[all|norms|residuals]",
-                               help="What to list (norm and residual work too)."),
+    kind: str = typer.Argument("all", metavar="[all|norms|residuals|tasks]",
+                               help="What to list (norm, residual and task work too)."),
     check: bool = typer.Option(
         False, "--check",
         help="Exit 1 if any entry is BROKEN or CONFLICT (for a plugin's CI, like pip check)."),
 ) -> None:
-    """List every registered norm and residual scheme, with its distribution and version.
+    """List every registered norm, residual scheme and task, with its distribution and version.
 
     Plugins that fail to import (BROKEN), and names that two distributions claim or that a plugin
     takes from a built-in (CONFLICT), are flagged; with --check they make the exit code 1.
@@ -30,13 +31,14 @@ def list_plugins(
     from normzoo.registry.entry import builtin_doc_line, is_builtin
     from normzoo.registry.options import close_match
 
-    groups = {"norms": [registry.norms], "residuals": [registry.residuals]}
-    groups["all"] = groups["norms"] + groups["residuals"]
-    aliases = {"norm": "norms", "residual": "residuals"}
+    groups = {"norms": [registry.norms], "residuals": [registry.residuals],
+              "tasks": [registry.tasks]}
+    groups["all"] = groups["norms"] + groups["residuals"] + groups["tasks"]
+    aliases = {"norm": "norms", "residual": "residuals", "task": "tasks"}
     kind = aliases.get(kind, kind)
     if kind not in groups:
         hint = close_match(kind, list(groups))
-        raise fail(NormzooError(f"unknown kind '{kind}'{hint}; use all, norms or residuals"))
+        raise fail(NormzooError(f"unknown kind '{kind}'{hint}; use all, norms, residuals or tasks"))
     broken = 0
     for reg in groups[kind]:
         # A refused entry (a plugin taking a built-in's name) is listed below the built-in.

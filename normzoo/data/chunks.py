@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from normzoo.data.sources import DataError, _builtin_pairs, _hub_split, text_file
+from normzoo.data.sources import PAIRS_COLUMN, DataError, _builtin_pairs, _hub_split, text_file
 
 if TYPE_CHECKING:
     from normzoo.recipe import DataConfig
@@ -58,14 +58,7 @@ def count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def _files(data: DataConfig, split: str, task: str) -> list[Path]:
-    folder = Path(data.dir)
-    if task == "translation":
-        return [folder / f"{split}.{data.src_lang}", folder / f"{split}.{data.tgt_lang}"]
-    return [text_file(folder, split)]
-
-
-def _take(chunks: Iterator, limit: int | None) -> Iterator:
+def take(chunks: Iterator, limit: int | None) -> Iterator:
     """At most ``limit`` lines (or pairs) of ``chunks``."""
     left = limit
     for item in chunks:
@@ -93,22 +86,25 @@ def _aligned(src: Path, tgt: Path, chunk: int) -> Iterator[tuple[list[str], list
 
 
 def parallel_chunks(data: DataConfig, split: str, limit: int | None = None,
-                    chunk: int = CHUNK) -> Iterator[tuple[list[str], list[str]]]:
-    """(sources, targets) of ``split``, ``chunk`` pairs at a time."""
+                    chunk: int = CHUNK, files: list[Path] | None = None
+                    ) -> Iterator[tuple[list[str], list[str]]]:
+    """(sources, targets) of ``split``, ``chunk`` pairs at a time (``files``: a ``files``
+    source's two files, as the task names them)."""
     if data.source == "builtin":
         pairs = _builtin_pairs(split, limit)
         yield [s for s, _ in pairs], [t for _, t in pairs]
     elif data.source == "files":
-        yield from _take(_aligned(*_files(data, split, "translation"), chunk), limit)
+        source, target = files or _pair_files(data, split)
+        yield from take(_aligned(source, target, chunk), limit)
     else:
         rows = _hub_split(data, split)
-        if "translation" not in rows.column_names:
-            raise DataError(f"dataset '{data.path}' has no 'translation' column: "
+        if PAIRS_COLUMN not in rows.column_names:
+            raise DataError(f"dataset '{data.path}' has no '{PAIRS_COLUMN}' column: "
                             f"{rows.column_names}")
         if limit is not None:
             rows = rows.select(range(min(limit, len(rows))))
         for batch in rows.iter(batch_size=chunk):  # Arrow to Python a batch at a time
-            pairs = batch["translation"]
+            pairs = batch[PAIRS_COLUMN]
             missing = {data.src_lang, data.tgt_lang} - set(pairs[0])
             if missing:
                 raise DataError(f"dataset '{data.path}' has no language(s) {sorted(missing)}; "
@@ -123,7 +119,7 @@ def text_chunks(data: DataConfig, split: str, limit: int | None = None,
     if data.source == "builtin":
         yield [s for s, _ in _builtin_pairs(split, limit)]
     elif data.source == "files":
-        yield from _take(file_lines(_files(data, split, "text")[0], chunk), limit)
+        yield from take(file_lines(text_file(Path(data.dir or ""), split), chunk), limit)
     else:
         rows = _hub_split(data, split)
         if data.text_field not in rows.column_names:
@@ -133,14 +129,19 @@ def text_chunks(data: DataConfig, split: str, limit: int | None = None,
             [line for line in batch[data.text_field] if line.strip()]
             for batch in rows.iter(batch_size=chunk)
         )
-        yield from _take((lines for lines in kept if lines), limit)
+        yield from take((lines for lines in kept if lines), limit)
 
 
-def examples(data: DataConfig, split: str, task: str, limit: int | None) -> int:
+def _pair_files(data: DataConfig, split: str) -> list[Path]:
+    folder = Path(data.dir or "")
+    return [folder / f"{split}.{data.src_lang}", folder / f"{split}.{data.tgt_lang}"]
+
+
+def examples(data: DataConfig, split: str, task: Any, limit: int | None) -> int:
     """How many pairs or lines ``split`` holds (after ``limit``), without reading its text
     where the source can say (for the tokenizer's sample and the progress bar)."""
     if data.source == "files":
-        total = count_lines(_files(data, split, task)[0])
+        total = count_lines(task.split_files(data, split)[0])
     elif data.source == "builtin":
         from normzoo.data import builtin
 
@@ -164,21 +165,19 @@ def _file_hash(path: Path) -> bytes:
     return _hashed[key]
 
 
-def fingerprint(data: DataConfig, split: str, task: str) -> str:
+def fingerprint(data: DataConfig, split: str, task: Any) -> str:
     """A hash of ``split``'s content: each file's bytes, the hub dataset's own fingerprint
     (which covers its files and the processing that built it), or the built-in corpus's
     generator's source."""
-    digest = hashlib.sha256(f"{data.source}:{task}:{split}".encode())
+    digest = hashlib.sha256(f"{data.source}:{task.name}:{split}".encode())
     if data.source == "files":
-        for path in _files(data, split, task):
+        for path in task.split_files(data, split):
             if not path.is_file():
                 raise DataError(f"data file not found: {path}")
             digest.update(_file_hash(path))
     elif data.source == "builtin":
-        from normzoo.data import builtin
-
-        for path in sorted(Path(builtin.__file__).parent.glob("*.py")):  # the generator, its
-            digest.update(path.name.encode() + path.read_bytes())   # words: the content
+        for path in task.builtin_files():  # the generator, its words: the content
+            digest.update(path.name.encode() + path.read_bytes())
     else:
         digest.update(_hub_split(data, split)._fingerprint.encode())
     return digest.hexdigest()

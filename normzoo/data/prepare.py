@@ -34,7 +34,7 @@ from normzoo.data.cache import (
     write_manifest,
 )
 from normzoo.data.examples import token_dtype
-from normzoo.data.tokenizer import EOS, Tokenizer, cache_failure
+from normzoo.data.tokenizer import Tokenizer, cache_failure
 from normzoo.data.train_tokenizer import (
     key_hash,
     recipe_tokenizer,
@@ -43,6 +43,7 @@ from normzoo.data.train_tokenizer import (
     stream_rows,
 )
 from normzoo.recipe import Recipe
+from normzoo.tasks import task_of
 
 # recipe_tokenizer and stream_rows are the tokenizer step's; callers import them from here too.
 __all__ = [
@@ -81,8 +82,11 @@ def data_key(recipe: Recipe, tokenizer_json: str, roles: tuple[str, ...] = ROLES
     splits = {}
     for role in roles:
         name, limit = split_of(recipe, role)
-        splits[role] = [name, limit, chunks.fingerprint(data, name, recipe.task)]
-    return key_hash({"task": recipe.task, "splits": splits,
+        splits[role] = [name, limit, chunks.fingerprint(data, name, task_of(recipe))]
+    # Task options that change what is read (a classifier's label column) name a new cache;
+    # without any, the keys of the caches prepared before tasks had options stay as they were.
+    options = {"task_options": recipe.task_options} if recipe.task_options else {}
+    return key_hash({"task": recipe.task, **options, "splits": splits,
                      "langs": [data.src_lang, data.tgt_lang, data.text_field],
                      "tokenizer": hashlib.sha256(_canonical(tokenizer_json).encode()).hexdigest(),
                      "format": 1})
@@ -101,40 +105,32 @@ def _encode_role(recipe: Recipe, tokenizer: Tokenizer, folder: Path, role: str,
     out = folder / role
     out.mkdir()
     name, limit = split_of(recipe, role)
-    translation = recipe.task == "translation"
-    names = ("src", "tgt") if translation else ("text",)
-    writers = {n: TableWriter(out, n, dtype) for n in names}
-    keep_text = translation and role != "train"
-    texts = {n: (out / f"{n}.txt").open("w", encoding="utf-8", newline="")
-             for n in (("src", "ref") if keep_text else ())}
+    task = task_of(recipe)
+    writers = {n: TableWriter(out, n, dtype) for n in task.token_parts}
+    kept = task.kept_texts(role)  # raw text kept beside the tokens: file name -> part
+    texts = {n: (out / f"{n}.txt").open("w", encoding="utf-8", newline="") for n in kept}
     max_len = recipe.data.max_len
-    long = empty = 0
-    total = chunks.examples(recipe.data, name, recipe.task, limit)
+    dropped: dict[str, int] | None = None
+    total = chunks.examples(recipe.data, name, task, limit)
     with _progress(total, f"{role} ({name})", show) as bar:
-        for chunk in split_chunks(recipe, role):
-            parts = chunk if translation else (chunk,)
-            encoded = [tokenizer.encode_batch(part) for part in parts]
-            if recipe.task == "causal_lm":  # the stream: every line followed by EOS
-                encoded = [[[*ids, EOS] for ids in encoded[0]]]
+        for parts in split_chunks(recipe, role):
+            encoded = task.encode(parts, tokenizer)
             for writer, rows in zip(writers.values(), encoded, strict=True):
                 writer.append(rows)
             lengths = [np.fromiter(map(len, rows), np.int64, len(rows)) for rows in encoded]
-            if translation:
-                long += int(((lengths[0] >= max_len) | (lengths[1] >= max_len)).sum())
-            elif recipe.task == "mlm":
-                empty += int((lengths[0] == 0).sum())
-            for handle, part in zip(texts.values(), parts, strict=False):
-                write_lines(handle, part)
+            counts = task.dropped(lengths, max_len, role)
+            if counts is not None:
+                dropped = {k: (dropped or {}).get(k, 0) + v for k, v in counts.items()}
+            for file, part in kept.items():
+                write_lines(texts[file], parts[task.parts.index(part)])
             bar.update(len(parts[0]))
     for handle in texts.values():
         handle.close()
     sizes = {n: w.close() for n, w in writers.items()}
-    rows, tokens = sizes[names[0]][0], sum(t for _, t in sizes.values())
+    rows, tokens = sizes[task.token_parts[0]][0], sum(t for _, t in sizes.values())
     stats = {"split": name, "rows": rows, "tokens": tokens}
-    if translation and role == "train":
-        stats["dropped"] = {f"longer than data.max_len={max_len}": long}
-    elif recipe.task == "mlm":
-        stats["dropped"] = {"empty after tokenization": empty}
+    if dropped is not None:
+        stats["dropped"] = dropped
     return stats
 
 
@@ -220,7 +216,7 @@ def describe(prepared: Prepared, report: Report) -> list[str]:
     """Lines for the command line: per split, rows and tokens and what was dropped; time,
     path and size of the cache."""
     manifest = prepared.manifest
-    unit = "pairs" if manifest["task"] == "translation" else "lines"
+    unit = task_of(str(manifest["task"])).unit
     lines = []
     for role in (r for r in ROLES if r in manifest["splits"]):
         stats = manifest["splits"][role]

@@ -20,6 +20,11 @@ class DataError(NormzooError):
     """The data named by a recipe is missing or unusable."""
 
 
+# The column of a parallel hub dataset (wmt14, iwslt2017, ...): one {language: text} mapping
+# per pair. The hub's layout names it so; it is a column, not a task.
+PAIRS_COLUMN = "translation"
+
+
 def read_lines(path: Path) -> list[str]:
     """Lines of a UTF-8 text file, without their line ends (LF or CR LF).
 
@@ -112,9 +117,10 @@ def load_parallel(data: DataConfig, split: str, limit: int | None = None):
     rows = _hub_split(data, split)
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
-    if "translation" not in rows.column_names:
-        raise DataError(f"dataset '{data.path}' has no 'translation' column: {rows.column_names}")
-    pairs = rows["translation"]
+    if PAIRS_COLUMN not in rows.column_names:
+        raise DataError(f"dataset '{data.path}' has no '{PAIRS_COLUMN}' column: "
+                        f"{rows.column_names}")
+    pairs = rows[PAIRS_COLUMN]
     missing = {data.src_lang, data.tgt_lang} - set(pairs[0]) if pairs else set()
     if missing:
         raise DataError(f"dataset '{data.path}' has no language(s) {sorted(missing)}; "

@@ -24,6 +24,7 @@ from normzoo.data.tokenizer import Tokenizer, cache_failure, train_tokenizer
 from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
+from normzoo.tasks import task_of
 
 
 def key_hash(settings: dict) -> str:
@@ -41,12 +42,11 @@ def split_of(recipe: Recipe, role: str) -> tuple[str, int | None]:
 
 
 def split_chunks(recipe: Recipe, role: str) -> Iterator:
-    """``role``'s examples in chunks (lists of lines; pairs of lists for translation), so that a
-    corpus larger than memory is read in one bounded pass."""
+    """``role``'s examples in chunks of the task's parts (:meth:`Task.read
+    <normzoo.tasks.contract.Task.read>`: one list of lines per part), so that a corpus larger
+    than memory is read in one bounded pass."""
     name, limit = split_of(recipe, role)
-    if recipe.task == "translation":
-        return chunks.parallel_chunks(recipe.data, name, limit)
-    return chunks.text_chunks(recipe.data, name, limit)
+    return task_of(recipe).read(recipe, name, limit)
 
 
 def tokenizer_key(recipe: Recipe) -> str:
@@ -60,7 +60,7 @@ def tokenizer_key(recipe: Recipe) -> str:
     name, limit = split_of(recipe, "train")
     # A streamed corpus is not read to be hashed: its name stands for its content.
     content = ([data.path, data.name, name] if data.streaming
-               else chunks.fingerprint(data, name, recipe.task))
+               else chunks.fingerprint(data, name, task_of(recipe)))
     return key_hash({"data": content, "limit": limit,
                      "langs": [data.src_lang, data.tgt_lang, data.text_field],
                      # Without path, which only a file has: the keys of trained tokenizers
@@ -97,26 +97,26 @@ def _tokenizer_texts(recipe: Recipe) -> list[str]:
     a million pairs, as SentencePiece's ``input_sentence_size`` does, in bounded memory."""
     data, tok = recipe.data, recipe.data.tokenizer
     name, limit = split_of(recipe, "train")
-    total = chunks.examples(data, name, recipe.task, limit)
+    total = chunks.examples(data, name, task_of(recipe), limit)
     chosen = None
     if tok.sample_size is not None and total > tok.sample_size:
         rng = np.random.default_rng(tok.sample_seed)
         chosen = np.sort(rng.choice(total, size=tok.sample_size, replace=False))
-    sources: list[str] = []
-    targets: list[str] = []
+    task = task_of(recipe)
+    texts: list[list[str]] = [[] for _ in task.token_parts]  # each part's, in corpus order
+    indices = [task.parts.index(name) for name in task.token_parts]
     start = 0
     for chunk in split_chunks(recipe, "train"):
-        first = chunk[0] if recipe.task == "translation" else chunk
+        size = len(chunk[0])
         if chosen is None:
-            picks = range(len(first))
+            picks = range(size)
         else:
-            lo, hi = np.searchsorted(chosen, [start, start + len(first)])
+            lo, hi = np.searchsorted(chosen, [start, start + size])
             picks = (chosen[lo:hi] - start).tolist()
-        sources.extend(first[i] for i in picks)
-        if recipe.task == "translation":
-            targets.extend(chunk[1][i] for i in picks)
-        start += len(first)
-    return sources + targets
+        for kept, index in zip(texts, indices, strict=True):
+            kept.extend(chunk[index][i] for i in picks)
+        start += size
+    return [line for part in texts for line in part]
 
 
 def _stream_sample(recipe: Recipe) -> list[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from normzoo import __version__
+from normzoo.tasks import task_of
 
-TASK_TAGS = {"translation": "translation", "causal_lm": "text-generation", "mlm": "fill-mask"}
 FAMILY_NAMES = {"encoder_decoder": "encoder-decoder", "decoder": "decoder-only (GPT-style)",
                 "encoder": "encoder-only (BERT-style)"}
 
@@ -65,7 +65,7 @@ def _data(recipe: Any) -> str:
              "files": f"local files in `{data.dir}`",
              "hub": f"the Hugging Face dataset `{data.path}`"
                     + (f" (`{data.name}`)" if data.name else "")}[data.source]
-    pair = f", {data.src_lang}→{data.tgt_lang}" if recipe.task == "translation" else ""
+    pair = task_of(recipe).card(recipe, None).data_note
     tok = data.tokenizer
     tokenizer = (f"the tokenizer file `{Path(tok.path or '').name}`" if tok.type == "file"
                  else f"{tok.type.upper()} tokenizer, {tok.vocab_size:,} entries")
@@ -74,32 +74,17 @@ def _data(recipe: Any) -> str:
             f"{tokenizer}")
 
 
-def _how_to_load(task: str, hf: Any | None) -> list[str]:
+def _how_to_load(recipe: Any, hf: Any | None) -> list[str]:
+    card = task_of(recipe).card(recipe, hf)
     if hf is None:
-        call = {"translation": 'model.translate(["A man is riding a bike."])',
-                "causal_lm": 'model.generate(["Once upon a time"], max_new_tokens=20)',
-                "mlm": "model.model  # the torch module"}[task]
-        command = {"translation": "translate", "causal_lm": "generate"}.get(task)
         commands = "`normzoo evaluate THIS_DIRECTORY`" + (
-            f" or `normzoo {command} THIS_DIRECTORY`" if command else "")
+            f" or `normzoo {card.command} THIS_DIRECTORY`" if card.command else "")
         return ["```python", "import normzoo", "", 'model = normzoo.load("THIS_DIRECTORY")',
-                call, "```", "", f"On the command line: {commands}."]
-    example = {
-        "translation": ['inputs = tokenizer(["A man is riding a bike.", "Two dogs play."],',
-                        '                   return_tensors="pt", padding=True)',
-                        "out = model.generate(**inputs, num_beams=1)",
-                        "print(tokenizer.batch_decode(out, skip_special_tokens=True))"],
-        "causal_lm": ['inputs = tokenizer(["Once upon a time", "The"], return_tensors="pt",',
-                      "                   padding=True)  # on the left",
-                      "out = model.generate(**inputs, do_sample=False, max_new_tokens=20)",
-                      "new = out[:, inputs['input_ids'].shape[1]:]",
-                      "print(tokenizer.batch_decode(new, skip_special_tokens=True))"],
-        "mlm": ['inputs = tokenizer(["A man is <mask> a bike."], return_tensors="pt")',
-                "logits = model(**inputs).logits"],
-    }[task]
+                card.python, "```", "", f"On the command line: {commands}."]
     return ["```python", f"from transformers import AutoTokenizer, {hf.auto_class}", "",
             'tokenizer = AutoTokenizer.from_pretrained("THIS_DIRECTORY")',
-            f'model = {hf.auto_class}.from_pretrained("THIS_DIRECTORY")', *example, "```"]
+            f'model = {hf.auto_class}.from_pretrained("THIS_DIRECTORY")', *card.transformers,
+            "```"]
 
 
 def _hf_section(hf: Any) -> list[str]:
@@ -145,8 +130,8 @@ def model_card(loaded: Any, sources: list[Path], hf: Any | None = None) -> str:
                 + ", ".join(f"`{s.name}`" for s in sources) + ")") if len(sources) > 1 else ""
     lines = [
         "---", "library_name: " + ("transformers" if hf else "normzoo"),
-        f"pipeline_tag: {TASK_TAGS[recipe.task]}", "tags: [normzoo, " + config.residual.name
-        + ", " + config.norm.name + "]", "---", "",
+        f"pipeline_tag: {task_of(recipe).card(recipe, hf).tag}",
+        "tags: [normzoo, " + config.residual.name + ", " + config.norm.name + "]", "---", "",
         f"# {recipe.task} model: {config.residual} residuals, {config.norm} norms", "",
         f"Trained with normzoo {__version__}.", "",
         "| | |", "|---|---|",
@@ -172,5 +157,5 @@ def model_card(loaded: Any, sources: list[Path], hf: Any | None = None) -> str:
     ]
     if hf is not None:
         lines += [*_hf_section(hf), ""]
-    lines += ["## How to load", "", *_how_to_load(recipe.task, hf), ""]
+    lines += ["## How to load", "", *_how_to_load(recipe, hf), ""]
     return "\n".join(lines)

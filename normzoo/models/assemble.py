@@ -66,7 +66,9 @@ def assemble(
         model = DecoderModel(config, stacks["decoder"])
     else:
         model = Seq2SeqModel(config, stacks["encoder"], stacks["decoder"])
-    model.plugins = registry.plugin_provenance(config.norm.name, config.residual.name)
+    model.plugins = registry.plugin_provenance(
+        config.norm.name, config.residual.name,
+        config.qk_norm.name if config.qk_norm is not None else None)
     model.scheme = scheme
     scheme.after_step(model)  # a constraint on the weights holds from the first forward pass
     return model

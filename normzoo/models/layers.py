@@ -16,9 +16,27 @@ from normzoo.nn.attention import MultiheadAttention
 from normzoo.nn.dropout import Dropout
 from normzoo.nn.feedforward import GATED, FeedForward
 from normzoo.nn.kv_cache import LayerCache, StaticLayerCache
-from normzoo.residual.base import ResidualScheme, Site, StackInfo, Stream, SublayerKind
+from normzoo.residual.base import (
+    Residual,
+    ResidualScheme,
+    Site,
+    StackInfo,
+    Stream,
+    Sublayer,
+    SublayerKind,
+)
 
 NormMaker = Callable[[int], nn.Module]  # width -> a fresh norm
+
+
+def connect(residual: nn.Module, x: Stream, f: Sublayer, padding_mask: torch.Tensor | None
+            ) -> Stream:
+    """``residual(x, f)``, with ``padding_mask`` (the stream's, bool ``[batch, time]``, True =
+    pad) passed to a connection that asks for it (``Residual.takes_padding_mask``): the others
+    keep the two-argument ``forward`` every scheme written before it has."""
+    if isinstance(residual, Residual) and residual.takes_padding_mask:
+        return residual(x, f, padding_mask=padding_mask)
+    return residual(x, f)
 
 
 def _prefixed(roles: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -105,10 +123,10 @@ class EncoderLayer(nn.Module):
         self.dropout = Dropout(build.dropout)
 
     def forward(self, x: Stream, padding_mask: torch.Tensor | None = None) -> Stream:
-        x = self.self_attn_residual(
-            x, lambda h: self.dropout(self.self_attn(h, key_padding_mask=padding_mask))
-        )
-        return self.ffn_residual(x, lambda h: self.dropout(self.ffn(h)))
+        x = connect(self.self_attn_residual, x,
+                    lambda h: self.dropout(self.self_attn(h, key_padding_mask=padding_mask)),
+                    padding_mask)
+        return connect(self.ffn_residual, x, lambda h: self.dropout(self.ffn(h)), padding_mask)
 
 
 class DecoderLayer(nn.Module):
@@ -139,18 +157,25 @@ class DecoderLayer(nn.Module):
         padding_mask: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
         cache: LayerCache | StaticLayerCache | None = None,
+        stream_padding_mask: torch.Tensor | None = None,
     ) -> Stream:
-        x = self.self_attn_residual(
-            x,
+        """``padding_mask`` is the keys' (``[B, cache + T]``, left padding only),
+        ``stream_padding_mask`` the padding of ``x``'s own ``T`` positions, for a residual
+        connection that asks for it (:func:`connect`)."""
+        pads = stream_padding_mask
+        x = connect(
+            self.self_attn_residual, x,
             lambda h: self.dropout(
                 self.self_attn(h, key_padding_mask=padding_mask, causal=True, cache=cache)
             ),
+            pads,
         )
         if self.cross_attn is not None:
-            x = self.cross_attn_residual(
-                x,
+            x = connect(
+                self.cross_attn_residual, x,
                 lambda h: self.dropout(
                     self.cross_attn(h, memory, key_padding_mask=memory_padding_mask, cache=cache)
                 ),
+                pads,
             )
-        return self.ffn_residual(x, lambda h: self.dropout(self.ffn(h)))
+        return connect(self.ffn_residual, x, lambda h: self.dropout(self.ffn(h)), pads)

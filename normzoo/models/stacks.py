@@ -67,6 +67,7 @@ class DecoderStack(_Stack):
                     padding_mask=key_padding_mask,
                     memory_padding_mask=memory_padding_mask,
                     cache=None if cache is None else cache.layers[i],
+                    stream_padding_mask=norm_padding_mask,
                 )
             return self.ends(state)
 

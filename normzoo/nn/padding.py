@@ -2,7 +2,9 @@
 
 Norm layers keep the plain ``(..., dim) -> (..., dim)`` contract, so a norm whose statistics
 must skip padding (masked BatchNorm) cannot take the mask as an argument. The stacks publish the
-mask here for the duration of their forward pass instead.
+mask here for the duration of their forward pass instead; the diagnostics' probes read it too.
+A residual connection does not: one that needs the mask takes it as an argument
+(``Residual.takes_padding_mask``, :func:`normzoo.models.layers.connect`).
 
 The mask is held per thread (``threading.local``), not in a ``ContextVar``: TorchDynamo traces
 an attribute of a thread-local object, but breaks the graph at every ``ContextVar.set`` (one

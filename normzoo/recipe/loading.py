@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 
 from normzoo.errors import ConfigError, Problem
-from normzoo.models.config import registry_problems
+from normzoo.models.config import ModelConfig, registry_problems
 from normzoo.recipe.bases import BASE_KEY, read_recipe_with_bases
-from normzoo.recipe.optim import schedule_problems
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape
-from normzoo.recipe.rules import FAMILY_OF_TASK, section_problems
+from normzoo.recipe.rules import FAMILY_OF_TASK
 from normzoo.recipe.schema import Recipe
 from normzoo.registry.options import (
     boolean_numbers,
@@ -43,6 +42,9 @@ TASK_OF_FAMILY = {family: task for task, family in FAMILY_OF_TASK.items()}
 MODEL_LIMITS = {"d_model": 2**20, "ffn_dim": 2**20, "max_positions": 2**20,
                 "encoder_layers": 2**14, "decoder_layers": 2**14}
 _INTEGER = pydantic.TypeAdapter(int)
+# What the model section's own validator skips its rules for (the registry check does too).
+_FIELDS_ONLY = {"fields_only": True}
+_Model = TypeVar("_Model", bound=pydantic.BaseModel)
 
 
 def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -83,10 +85,11 @@ def _fill_family(data: dict[str, Any]) -> None:
     if not isinstance(task, str):
         return
     model = data.get("model")
+    family = FAMILY_OF_TASK.get(task, ModelConfig.model_fields["family"].default)
     if isinstance(model, dict) and "family" not in model:
-        data["model"] = {**model, "family": FAMILY_OF_TASK.get(task, "encoder_decoder")}
+        data["model"] = {**model, "family": family}
     elif model is None:
-        data["model"] = {"family": FAMILY_OF_TASK.get(task, "encoder_decoder")}
+        data["model"] = {"family": family}
 
 
 def _drop(data: dict[str, Any], loc: tuple[Any, ...]) -> str | None:
@@ -173,22 +176,41 @@ def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
+def _left_typed(cls: type[_Model], values: dict[str, Any]) -> _Model:
+    """What is left of an invalid recipe (or of one of its sections) as ``cls``, typed as a
+    valid recipe's is and with the schema's own defaults for what is missing, so that the
+    recipe-wide rules read it as they read a valid recipe (and no default is written twice).
+
+    Validated whole where only the rules of other sections refuse it; where its own rules
+    do (they are reported already), built field by field: a section as a section, any other
+    field validated on its own, and one that fails even so left at its default.
+    """
+    try:
+        return cls.model_validate(values, context=_FIELDS_ONLY)
+    except pydantic.ValidationError:
+        pass
+    typed: dict[str, Any] = {}
+    for name, value in values.items():
+        field = cls.model_fields.get(name)
+        if field is None:
+            continue
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, pydantic.BaseModel):
+            if isinstance(value, dict):
+                typed[name] = _left_typed(kind, value)
+            continue
+        try:
+            typed[name] = pydantic.TypeAdapter(Annotated[kind, field]).validate_python(
+                value, context=_FIELDS_ONLY)
+        except pydantic.ValidationError:
+            continue
+    return cls.model_construct(**typed)
+
+
 def _left_section_problems(left: dict[str, Any]) -> list[Problem]:
-    """The recipe-wide rules (:func:`~normzoo.recipe.rules.section_problems`) on what is left
-    of an invalid recipe, each key's default standing in where it is missing."""
-    model, trainer = _section(left, "model"), _section(left, "trainer")
-    data, evaluation = _section(left, "data"), _section(left, "eval")
-    residual = model.get("residual", "pre")
-    name, options = ((residual.get("name"), {k: v for k, v in residual.items() if k != "name"})
-                     if isinstance(residual, dict) else (residual, {}))
-    optim = _section(left, "optim")
-    return section_problems(left.get("task", "translation"), model.get("family"),
-                            trainer.get("strategy", "auto"), name, options,
-                            data.get("streaming", False), evaluation.get("average_last", 1),
-                            trainer.get("keep_checkpoints", 5)) + schedule_problems(
-        optim.get("schedule", "inverse_sqrt"), optim.get("warmup_steps", 4000),
-        optim.get("decay_steps"), optim.get("decay_fraction", 0.2),
-        trainer.get("max_steps", 100_000), "max_steps" in trainer)
+    """The recipe-wide rules (:meth:`~normzoo.recipe.schema.Recipe.cross_section_problems`)
+    on what is left of an invalid recipe, read as a recipe (:func:`_left_typed`)."""
+    return _left_typed(Recipe, left).cross_section_problems()
 
 
 def from_dict(data: dict[str, Any], check_registry: bool = True) -> Recipe:

@@ -78,7 +78,7 @@ def schedule_problems(schedule: Any, warmup: Any, decay_steps: Any, decay_fracti
     if not max_steps_given:
         return [Problem("trainer.max_steps", f"optim.schedule={schedule} decays to "
                         "optim.min_lr at trainer.max_steps: set it to the run's length (its "
-                        "default, 100000, is only a cap)")]
+                        f"default, {max_steps}, is only a cap)")]
     numbers = [warmup, max_steps, decay_fraction] + ([] if decay_steps is None else [decay_steps])
     if schedule != "wsd" or not all(
             isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):

@@ -92,12 +92,12 @@ def with_run_dir(recipe: Recipe, recipe_path: str | Path) -> Recipe:
 
 def split_files(recipe: Recipe) -> dict[str, list[Path]]:
     """The files each split of a ``data.source: files`` corpus reads, by role."""
-    data = recipe.data
-    folder = Path(os.path.expanduser(data.dir or ""))
-    suffixes = [data.src_lang, data.tgt_lang] if recipe.task == "translation" else ["txt"]
+    from normzoo.tasks import task_of
+
+    task, data = task_of(recipe), recipe.data
+    data = data.model_copy(update={"dir": os.path.expanduser(data.dir or "")})
     splits = {"train": data.train_split, "valid": data.valid_split, "test": data.test_split}
-    return {role: [folder / f"{split}.{suffix}" for suffix in suffixes]
-            for role, split in splits.items()}
+    return {role: task.split_files(data, split) for role, split in splits.items()}
 
 
 def _tokenizer_problems(recipe: Recipe, resuming: bool) -> list[Problem]:

@@ -1,41 +1,109 @@
-"""The rules that tie one recipe section to another, on plain values: a task's model family, the
-residual scheme's word on the training strategy, streaming (not for translation) and checkpoint
-averaging against the checkpoints kept. :class:`~normzoo.recipe.schema.Recipe` checks them on a
-whole recipe, and the loader (:mod:`~normzoo.recipe.loading`) on what is left of a recipe whose
-sections have problems of their own, so both report them alike.
+"""The rules that tie one recipe section to another: a task's model family, the residual
+scheme's word on the training strategy, streaming (not for translation), checkpoint averaging
+against the checkpoints kept, and the schedule against the run's length.
+:class:`~normzoo.recipe.schema.Recipe` checks them on a whole recipe, and the loader
+(:mod:`~normzoo.recipe.loading`) on what is left of a recipe whose sections have problems of
+their own, so both report them alike. Both hand over the typed sections, so a key the recipe
+leaves out reads as the schema's own default: no default is written twice.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
+from normzoo import registry
 from normzoo.errors import Problem
+from normzoo.recipe.optim import schedule_problems
 
-FAMILY_OF_TASK = {"translation": "encoder_decoder", "mlm": "encoder", "causal_lm": "decoder"}
+if TYPE_CHECKING:  # the schema imports this module
+    from normzoo.models.config import ModelConfig
+    from normzoo.recipe.data import DataConfig
+    from normzoo.recipe.optim import OptimConfig
+
+
+class TrainerSection(Protocol):
+    """What the rules read of ``trainer`` (:class:`~normzoo.recipe.schema.TrainerConfig`, which
+    imports this module: the rules name only what they read)."""
+
+    strategy: Any
+    keep_checkpoints: Any
+    max_steps: Any
+    model_fields_set: set[str]
+
+
+class EvalSection(Protocol):
+    """What the rules read of ``eval`` (:class:`~normzoo.recipe.schema.EvalConfig`)."""
+
+    average_last: Any
+
+
+FAMILIES = ("encoder_decoder", "encoder", "decoder")
+
+
+def task_of(name: str) -> Any:
+    """The registered task ``name`` (:class:`~normzoo.tasks.contract.Task`), through the
+    registry: the recipe reads what a task says without importing the tasks package, which
+    reads recipes."""
+    return registry.tasks.get(name)()
+
+
+class _Families(Mapping[str, str]):
+    """Each registered task's model family, read from the tasks themselves (a task a plugin
+    adds is in it as soon as it is installed)."""
+
+    def __getitem__(self, name: str) -> str:
+        if name not in registry.tasks:
+            raise KeyError(name)
+        return task_of(name).family
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(registry.tasks.names())
+
+    def __len__(self) -> int:
+        return len(registry.tasks.names())
+
+
+FAMILY_OF_TASK: Mapping[str, str] = _Families()
 
 
 def family_problem(task: Any, family: Any) -> Problem | None:
     """The problem with ``model.family`` if it does not fit ``task`` (both already valid)."""
-    expected = FAMILY_OF_TASK.get(task)
-    if expected is None or family not in FAMILY_OF_TASK.values() or family == expected:
+    expected = FAMILY_OF_TASK.get(task) if isinstance(task, str) else None
+    if expected is None or family not in FAMILIES or family == expected:
         return None
     return Problem("model.family", f"task '{task}' needs family '{expected}', not '{family}'")
 
 
-def section_problems(task: Any, family: Any, strategy: Any, residual: Any, residual_options: Any,
-                     streaming: Any, average_last: Any = 1, keep: Any = 5) -> list[Problem]:
-    """The rules that tie one section to another, on plain values (the loader also checks them
-    on what is left of a recipe whose sections have problems of their own)."""
-    problems = [family_problem(task, family), strategy_problem(residual, residual_options,
-                                                               strategy)]
-    if streaming is True and task == "translation":
-        problems.append(Problem("data.streaming", "streams causal_lm and mlm corpora; "
-                                "translation corpora are prepared once with `normzoo prepare` "
-                                "and memory-mapped"))
+def task_problems(task: Any, options: Any) -> list[Problem]:
+    """The task's word on ``task_options`` (:meth:`~normzoo.tasks.contract.Task.option_problems`)
+    for a registered task."""
+    if not (isinstance(task, str) and task in FAMILY_OF_TASK and isinstance(options, dict)):
+        return []
+    return task_of(task).option_problems(options)
+
+
+def section_problems(task: Any, model: ModelConfig, data: DataConfig, optim: OptimConfig,
+                     trainer: TrainerSection, evaluation: EvalSection) -> list[Problem]:
+    """The rules that tie one section to another, on the typed sections (the loader also checks
+    them on what is left of a recipe whose sections have problems of their own)."""
+    streaming, average_last, keep = (data.streaming, evaluation.average_last,
+                                     trainer.keep_checkpoints)
+    problems = [family_problem(task, model.family),
+                strategy_problem(model.residual.name, model.residual.options, trainer.strategy)]
+    known = isinstance(task, str) and task in FAMILY_OF_TASK
+    if streaming is True and known and not task_of(task).streams:
+        streamed = " and ".join(name for name in FAMILY_OF_TASK if task_of(name).streams)
+        problems.append(Problem("data.streaming", f"streams {streamed} corpora; {task} "
+                                "corpora are prepared once with `normzoo prepare` and "
+                                "memory-mapped"))
     if isinstance(average_last, int) and isinstance(keep, int) and average_last > max(keep, 1):
         problems.append(Problem("eval.average_last", f"averages the newest {average_last} "
                                 f"periodic checkpoints, but trainer.keep_checkpoints={keep} "
                                 "keeps fewer; raise trainer.keep_checkpoints"))
+    problems += schedule_problems(optim.schedule, optim.warmup_steps, optim.decay_steps,
+                                  optim.decay_fraction, trainer.max_steps,
+                                  "max_steps" in trainer.model_fields_set)
     return [problem for problem in problems if problem is not None]
 
 

@@ -19,12 +19,11 @@ from pydantic import Field, create_model, field_validator, model_validator
 from normzoo.errors import Problem
 from normzoo.models.config import ModelConfig
 from normzoo.recipe.data import DataConfig
-from normzoo.recipe.optim import OptimConfig, schedule_problems
-from normzoo.recipe.rules import section_problems
+from normzoo.recipe.optim import OptimConfig
+from normzoo.recipe.rules import section_problems, task_problems
 from normzoo.recipe.section import Section
 from normzoo.registry.options import rule_error
 
-Task = Literal["translation", "mlm", "causal_lm"]
 _Section = Section
 
 
@@ -198,7 +197,9 @@ InitConfig = create_model(
 class Recipe(_Section):
     """A whole run: task, model, data, optimisation, trainer and evaluation settings."""
 
-    task: Task = "translation"
+    # A registered task (normzoo.tasks entry points: normzoo list tasks) and its options.
+    task: str = "translation"
+    task_options: dict[str, Any] = Field(default_factory=dict)
     # Lightning silently replaces a seed outside numpy's range with 0.
     seed: int = Field(default=1, ge=0, le=2**32 - 1)
     run: RunConfig = RunConfig()
@@ -212,20 +213,32 @@ class Recipe(_Section):
     eval: EvalConfig = EvalConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
 
+    @field_validator("task")
+    @classmethod
+    def _registered_task(cls, task: str) -> str:
+        """One of the registered tasks (read from package metadata: nothing is imported)."""
+        from normzoo import registry
+        from normzoo.registry.options import close_match
+
+        names = registry.tasks.names()
+        if task not in names:
+            raise ValueError(f"unknown task '{task}'{close_match(task, names)}; registered: "
+                             f"{', '.join(names)}")
+        return task
+
     @model_validator(mode="after")
     def _sections_agree(self) -> Recipe:
-        residual = self.model.residual
-        problems = section_problems(self.task, self.model.family, self.trainer.strategy,
-                                    residual.name, residual.options,
-                                    self.data.streaming, self.eval.average_last,
-                                    self.trainer.keep_checkpoints)
-        optim = self.optim
-        problems += schedule_problems(optim.schedule, optim.warmup_steps, optim.decay_steps,
-                                      optim.decay_fraction, self.trainer.max_steps,
-                                      "max_steps" in self.trainer.model_fields_set)
+        problems = self.cross_section_problems()
         if problems:
             raise rule_error(*problems)
         return self
+
+    def cross_section_problems(self) -> list[Problem]:
+        """The rules that tie one section to another (:mod:`~normzoo.recipe.rules`), on this
+        recipe's typed sections: the one call of them, which the loader makes too on what is
+        left of an invalid recipe (:func:`~normzoo.recipe.loading.from_dict`)."""
+        return section_problems(self.task, self.model, self.data, self.optim, self.trainer,
+                                self.eval) + task_problems(self.task, self.task_options)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (YAML/JSON-safe) that :func:`from_dict` reads back to an equal recipe."""

@@ -1,13 +1,14 @@
-"""The plugin registry: names in a recipe -> norm factories and residual schemes.
+"""The plugin registry: names in a recipe -> norm factories, residual schemes and tasks.
 
 Built-ins and third-party packages take one path: Python entry points in the groups
-``normzoo.norms`` and ``normzoo.residuals``. Indexing reads only package metadata (fast, imports
-nothing); a plugin is imported the first time it is asked for. A plugin that fails to import is
-reported by ``normzoo list`` and becomes an error only when a recipe names it. Two distributions
-registering one name is an error that names both, except where a checkpoint recorded which one
-built it (:func:`pinned`). normzoo's own names are reserved: a plugin registering one is that
-plugin's conflict (``normzoo list`` shows it), and the built-in keeps working. What one entry
-is (its provenance, its conflict, its description) is :mod:`normzoo.registry.entry`.
+``normzoo.norms``, ``normzoo.residuals`` and ``normzoo.tasks``. Indexing reads only package
+metadata (fast, imports nothing); a plugin is imported the first time it is asked for. A plugin
+that fails to import is reported by ``normzoo list`` and becomes an error only when a recipe
+names it. Two distributions registering one name is an error that names both, except where a
+checkpoint recorded which one built it (:func:`pinned`). normzoo's own names are reserved: a
+plugin registering one is that plugin's conflict (``normzoo list`` shows it), and the built-in
+keeps working. What one entry is (its provenance, its conflict, its description) is
+:mod:`normzoo.registry.entry`.
 
 This module imports neither torch nor Lightning, so ``normzoo list`` and ``--help`` stay fast.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "IN_PROCESS",
     "NORMS_GROUP",
     "RESIDUALS_GROUP",
+    "TASKS_GROUP",
     "Entry",
     "PluginInfo",
     "PluginVersionWarning",
@@ -52,10 +54,12 @@ __all__ = [
     "pinned",
     "plugin_provenance",
     "residuals",
+    "tasks",
 ]
 
 NORMS_GROUP = "normzoo.norms"
 RESIDUALS_GROUP = "normzoo.residuals"
+TASKS_GROUP = "normzoo.tasks"
 IN_PROCESS = "<in-process>"
 
 # (group, name) -> canonical distribution: who resolves a contested name (see ``pinned``).
@@ -231,6 +235,7 @@ class Registry:
 
 norms = Registry(NORMS_GROUP, "norm")
 residuals = Registry(RESIDUALS_GROUP, "residual scheme")
+tasks = Registry(TASKS_GROUP, "task")
 
 
 def of_kind(kind: str) -> Registry:
@@ -254,9 +259,15 @@ def pinned(plugins: Iterable[Mapping[str, Any]]) -> Iterator[None]:
         _pins.reset(token)
 
 
-def plugin_provenance(norm: str, residual: str) -> list[dict[str, str]]:
-    """What a checkpoint records about the plugins that built it."""
-    return [
+def plugin_provenance(norm: str, residual: str, qk_norm: str | None = None
+                      ) -> list[dict[str, str]]:
+    """What a checkpoint records about the plugins that built it: every one the model uses,
+    ``model.qk_norm``'s too, so that a missing one is named with its distribution on load
+    (each name once: a ``qk_norm`` that is also ``model.norm`` is one entry)."""
+    recorded = [
         {"kind": "norm", **norms.info(norm).as_dict()},
         {"kind": "residual", **residuals.info(residual).as_dict()},
     ]
+    if qk_norm is not None and qk_norm != norm:
+        recorded.append({"kind": "norm", **norms.info(qk_norm).as_dict()})
+    return recorded

@@ -36,7 +36,6 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from normzoo.nn.padding import current_padding_mask
 from normzoo.residual.base import (
     NormFactory,
     PlainForm,
@@ -63,13 +62,15 @@ class _StackProfile:
         self.ratio = 1.0
         self.visited: list[AdminResidual] = []
 
-    def visit(self, module: AdminResidual, x: torch.Tensor, branch: torch.Tensor) -> float:
-        """Set ``module``'s w to the ratio and advance the ratio past this connection."""
+    def visit(self, module: AdminResidual, x: torch.Tensor, branch: torch.Tensor,
+              padding_mask: torch.Tensor | None = None) -> float:
+        """Set ``module``'s w to the ratio and advance the ratio past this connection, measuring
+        over the real tokens of ``padding_mask`` (the stream's, True = pad; None: every token)."""
         omega = self.ratio
         module.set_omega(omega)
         self.visited.append(module)
-        keep = current_padding_mask()
-        keep = None if keep is None or keep.shape != x.shape[:-1] else ~keep
+        keep = (None if padding_mask is None or padding_mask.shape != x.shape[:-1]
+                else ~padding_mask)
         self.ratio = math.sqrt(omega**2 * _variance(x, keep) + _variance(branch, keep))
         return omega
 
@@ -81,6 +82,9 @@ def _variance(t: torch.Tensor, keep: torch.Tensor | None) -> float:
 
 
 class AdminResidual(Residual):
+    # Profiling measures variances over real tokens: the layer hands over the padding mask.
+    takes_padding_mask = True
+
     def __init__(self, norm, dim: int, omega: float, site: Site, profiled: bool = False) -> None:
         super().__init__()
         self.norm = norm
@@ -96,10 +100,10 @@ class AdminResidual(Residual):
         if hasattr(self, "profiled_omega"):
             self.profiled_omega.fill_(value)
 
-    def forward(self, x, f: Sublayer):
+    def forward(self, x, f: Sublayer, padding_mask: torch.Tensor | None = None):
         branch = f(x)
         if self.profiling is not None and self not in self.profiling.visited:
-            self.profiling.visit(self, x, branch)
+            self.profiling.visit(self, x, branch, padding_mask)
         return self.norm(self.omega * x + branch)
 
     def terms(self, x: torch.Tensor, branch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,23 +1,13 @@
 """The residual-scheme contract: one small interface per axis of variation.
 
-A scheme decides, for every sublayer f (self-attention, cross-attention, feed-forward) of every
-layer of a stack:
-
-* how the residual connection combines the stream and f (``residual(site, make_norm)``, a module
-  whose ``forward(stream, f)`` reads like the scheme's formula);
-* whether f carries an extra norm inside it (``inner_norm(site)``, Sub-LN), what its attention
-  does to queries and keys and how it scales their scores (``attention_qk``,
-  ``attention_scale``: nGPT's normalised, scaled q and k), and what its feed-forward does to
-  its pre-activations (``ffn_scales``: nGPT's s_u, s_v);
-* how f's weights are initialised, addressed by *role* (``init_weights(site, weights)``, or
-  ``init_parameters(site, weights, biases)`` for a scheme that also sets biases);
-* what happens at the ends of the stack (``embedding_norm()``, ``ends(make_norm)``);
-* whether it sets state from data before the first update (``needs_data_init``, ``data_init``,
-  ``load_data_init``, ``data_init_state``: Admin's profiled w), what constraint its weights keep
-  after every update (``after_step``: nGPT's unit-norm rows), and what the recipe must not
-  combine it with (``recipe_problem``).
-
-The model code (:mod:`normzoo.models`) calls only these hooks, so no scheme is special-cased.
+For every sublayer f of every layer of a stack a scheme decides how the residual connection
+combines the stream and f (``residual``: a :class:`Residual` reading like the formula), what f
+carries inside (``inner_norm``, ``attention_qk``, ``attention_scale``, ``ffn_scales``), how f's
+weights are initialised by role (``init_weights``, ``init_parameters``), the stack's ends
+(``embedding_norm``, ``ends``), state set from data (``needs_data_init``, ``data_init``...), the
+constraint kept after every update (``after_step``) and what a recipe must not combine it with
+(``recipe_problem``). The model code (:mod:`normzoo.models`) calls only these hooks, so no scheme
+is special-cased.
 """
 
 from __future__ import annotations
@@ -146,11 +136,21 @@ class Residual(nn.Module):
     """One residual connection: ``forward(stream, f) -> stream``.
 
     Subclasses implement the formula of one scheme; ``f`` is the sublayer (with its dropout),
-    called on whatever the formula feeds it.
+    called on whatever the formula feeds it. One that sets ``takes_padding_mask`` (Admin's
+    profiling skips pads) is called ``forward(stream, f, padding_mask=m)``, ``m`` bool ``[batch,
+    time]`` over the stream's positions, True = pad, or None: an argument, not global state.
     """
+
+    takes_padding_mask: ClassVar[bool] = False
 
     def forward(self, x: Stream, f: Sublayer) -> Stream:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def optimizer_options(self) -> dict[str, dict[str, float]]:
+        """What this connection's own parameters need from the optimizer, by local name:
+        ``{"weight_decay": w, "lr_scale": s}``, either key optional (a 2-D mixing matrix decay
+        would pull toward 0). None by default: each parameter gets the guess from its rank."""
+        return {}
 
     def plain_form(self) -> PlainForm | str:
         """This connection as a plain Post-LN or Pre-LN one (:class:`PlainForm`), for the
@@ -272,16 +272,20 @@ class ResidualScheme:
     @classmethod
     def needs_data_init(cls, model: nn.Module) -> bool:
         """Whether ``model`` still needs :meth:`data_init`: True before the first update of a
-        scheme that sets state from data; False once set (a resumed run restored it from its
-        checkpoint, whose ``state_dict`` must carry it)."""
+        scheme that sets state from data; False once set. Asked on the first batch of a run at
+        step 0 only: a resumed run is not asked, and takes the state from its checkpoint's
+        ``state_dict``, which must carry it (a parameter or buffer)."""
         return False
 
     @classmethod
     def data_init(cls, model: nn.Module, run_forward: Callable[[], Any]) -> dict[str, Any]:
-        """Set the state from one forward pass, ``run_forward()`` on the first training batch in
+        """Set the state from a forward pass, ``run_forward()`` on the first training batch in
         training mode (the caller forks the generators, so the run draws the same masks either
         way), and return it as plain data: with several processes rank 0's is broadcast and
-        written into every one with :meth:`load_data_init`."""
+        written into every one with :meth:`load_data_init`. ``model`` is the assembled model
+        (not Lightning's module). Gradients are not turned off for it (decorate with
+        ``torch.no_grad``, as Admin's ``profile`` is); ``run_forward`` may be called again,
+        each call a full pass on the same batch with fresh dropout masks."""
         return {}
 
     @classmethod
@@ -291,7 +295,7 @@ class ResidualScheme:
     @classmethod
     def data_init_state(cls, model: nn.Module) -> dict[str, Any] | None:
         """The state as a checkpoint records it beside the weights (``checkpoint["normzoo"]
-        ["data_init"]``), or None when there is none (not set yet, or no such state)."""
+        ["data_init"]``, a record: nothing reads it back), or None (not set, or no such state)."""
         return None
 
     @classmethod
@@ -302,12 +306,11 @@ class ResidualScheme:
     # -- after every update ---------------------------------------------------------------------
     @classmethod
     def after_step(cls, model: nn.Module) -> None:
-        """Called once after every optimizer update, with the updated weights, on every
-        process: a scheme whose weights live on a constraint set projects them back onto it
-        (nGPT re-normalises its matrices' rows after each step). Not called for the batches a
-        gradient accumulation only accumulates. Also called once on the freshly built model,
-        so the constraint holds from the first forward pass. Under FSDP each process holds a
-        shard of every flat parameter: a scheme that needs whole rows refuses FSDP in
+        """Called after every optimizer update (not the batches an accumulation only
+        accumulates) with the updated weights, on every process, and once on the freshly built
+        model: a scheme whose weights live on a constraint set projects them back onto it
+        (nGPT's unit rows; a sublayer's matrices by role: its ``role_weights()``). Under FSDP a
+        process holds a shard of each flat parameter: needing whole rows, refuse FSDP in
         :meth:`recipe_problem`."""
 
     @classmethod

@@ -8,8 +8,11 @@ among themselves, and beta (n) writes the sublayer's output back into each copy.
 connections are parameters; *dynamic* ones (``dynamic: true``, the paper's DHC and its default)
 add a per-token part computed from the normalised copies,
 ``alpha = alpha_static + s_a tanh(norm(H) W_a)``, ``beta = beta_static + s_b tanh(norm(H) W_b)``,
-with W zero at init and the scales s at 0.01. At initialisation ``alpha_m = e_(k mod n)`` for the
-k-th connection of the stack (sublayers counted in forward order), ``A_r = I`` and ``beta = 1``:
+with W zero at init and the scales s at 0.01. norm(H) (``mixing_norm``) is by default another
+norm of the model's kind (``model.norm``; the paper used LayerNorm); ``reference`` takes the
+reference's RMSNorm, x / |x| sqrt(d) (1 + gamma), under which the connections equal it. At
+initialisation ``alpha_m = e_(k mod n)`` for the k-th connection of the stack (sublayers counted
+in forward order), ``A_r = I`` and ``beta = 1``:
 with the dynamic parts at zero, each sublayer reads one copy and adds its output to all of them.
 The stack starts from n copies of the embeddings and ends with their sum, then one final norm
 (Pre-LN inside each connection, as the paper's Pre-Norm variant).
@@ -22,9 +25,11 @@ weight-decayed (a mixing matrix decayed toward 0 would cut the copies apart).
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+from typing import Annotated, Literal
 
 import torch
+import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
@@ -46,6 +51,36 @@ def initial_alpha(streams: int, index: int) -> torch.Tensor:
     static[index % streams, 0] = 1.0
     static[:, 1:] = torch.eye(streams)
     return static
+
+
+class ReferenceRMSNorm(nn.Module):
+    """The norm of H that lucidrains' ``hyper-connections`` (0.4.11) computes the dynamic
+    connections from: x / |x| sqrt(d) (1 + gamma), gamma zero at init, no eps (a zero vector
+    stays zero). Its own class, not ``model.norm: rmsnorm``, whose eps and weight (1, not
+    1 + 0) make another function and another parameter. Computed in float32, as normzoo's
+    norms are, and cast back."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.root = math.sqrt(dim)
+        self.gamma = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.normalize(x.float(), dim=-1) * self.root * (self.gamma.float() + 1)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.gamma.numel()}"
+
+
+MixingNorm = Literal["model", "reference"]
+
+
+def mixing_norm(kind: str, dim: int, make_norm: NormFactory) -> nn.Module:
+    """The norm of H for the dynamic connections: ``model``, one of the model's kind (normzoo's
+    choice since the start, so its runs and checkpoints stand); ``reference``, the reference's
+    (:class:`ReferenceRMSNorm`), under which the connections equal the reference."""
+    return ReferenceRMSNorm(dim) if kind == "reference" else make_norm()
 
 
 class HyperResidual(Residual):
@@ -114,13 +149,14 @@ class Hyper(ResidualScheme):
         stack: StackInfo,
         streams: Annotated[int, Field(ge=1)] = 4,
         dynamic: bool = True,
+        mixing_norm: MixingNorm = "model",
     ) -> None:
         super().__init__(stack)
-        self.streams, self.dynamic = streams, dynamic
+        self.streams, self.dynamic, self.mixing_norm = streams, dynamic, mixing_norm
 
     def residual(self, site: Site, make_norm: NormFactory) -> Residual:
-        return HyperResidual(make_norm(), make_norm() if self.dynamic else None, self.streams,
-                             self.stack.dim, site.index)
+        mix = mixing_norm(self.mixing_norm, self.stack.dim, make_norm) if self.dynamic else None
+        return HyperResidual(make_norm(), mix, self.streams, self.stack.dim, site.index)
 
     def ends(self, make_norm: NormFactory) -> StreamEnds:
         return HyperEnds(self.streams, make_norm())

@@ -14,8 +14,9 @@ As the reference implementation (lucidrains' ``hyper-connections``,
 ``ManifoldConstrainedHyperConnections``, one dynamic proposal) computes it: the static part
 starts as Hyper-Connections' (``[e_(k mod n) | I]``, ``b = 1``), the dynamic maps are zero with
 scales 0.01 (one for ``a_pre``, one for ``A_res``, one for ``b``), no tanh, the connections in
-float32 whatever the model's precision. The stack's ends are Hyper-Connections': n copies of the
-embeddings in, their sum then one final norm out.
+float32 whatever the model's precision; equal to it with ``mixing_norm: reference`` (the norm
+of H the dynamic maps read, as ``hyper`` has it). The stack's ends are Hyper-Connections': n
+copies of the embeddings in, their sum then one final norm out.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from normzoo.residual.base import (
     StreamEnds,
     Sublayer,
 )
-from normzoo.residual.hyper import HyperEnds, initial_alpha
+from normzoo.residual.hyper import HyperEnds, MixingNorm, initial_alpha, mixing_norm
 
 
 def sinkhorn_knopp(logits: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -104,12 +105,15 @@ class MHC(ResidualScheme):
         stack: StackInfo,
         streams: Annotated[int, Field(ge=1)] = 4,
         sinkhorn_iters: Annotated[int, Field(ge=1)] = 20,
+        mixing_norm: MixingNorm = "model",
     ) -> None:
         super().__init__(stack)
         self.streams, self.sinkhorn_iters = streams, sinkhorn_iters
+        self.mixing_norm = mixing_norm
 
     def residual(self, site: Site, make_norm: NormFactory) -> Residual:
-        return MHCResidual(make_norm(), make_norm(), self.streams, self.stack.dim, site.index,
+        mix = mixing_norm(self.mixing_norm, self.stack.dim, make_norm)
+        return MHCResidual(make_norm(), mix, self.streams, self.stack.dim, site.index,
                            self.sinkhorn_iters)
 
     def ends(self, make_norm: NormFactory) -> StreamEnds:

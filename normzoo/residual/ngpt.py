@@ -19,9 +19,15 @@ Adam (section 2.5); alpha at 0.05 stored as 1/sqrt(d), s_qk at 1 stored as 1/sqr
 s_v at 1 stored as 1 (times sqrt(d), on both u and v as the code has it; the paper's eq. 21 puts
 sqrt(d) on v alone: the same forward pass, as the output is normalised); s_z at 1 stored as
 1/sqrt(d); |alpha| is used. None of them is weight-decayed. Matrices start normal and normalised.
-The state entering the first layer is the normalised embedding (the paper's code adds nothing
-to it, and its rows are already unit; normalising also covers added positions and the sqrt(d)
-embedding scale). Norm here is ``F.normalize`` (a zero vector, a pad's embedding, stays zero
+The state entering the first layer is the embedding over its norm held constant
+(:func:`onto_sphere`), and each update starts from the state as it arrives: as nGPT-pytorch
+computes it, and the rows are unit already (``after_step``), so the values are the paper's, and
+the embedding's gradient reaches its rows as both codes' attention inputs pass it, unprojected.
+Training equals nGPT-pytorch's (``tests/test_ngpt.py``). The paper's code also normalises h
+before each update ("normally, normalization is not needed"), which projects the residual
+path's part of that gradient onto each row's tangent space; normzoo had Norm(embedding), which
+projected all of it. The division still puts added positions and the sqrt(d) embedding scale
+on the sphere. Norm here is ``F.normalize`` (a zero vector, a pad's embedding, stays zero
 rather than the code's 0/0).
 """
 
@@ -54,6 +60,16 @@ def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return F.normalize(x, p=2.0, dim=dim)
 
 
+def onto_sphere(x: torch.Tensor) -> torch.Tensor:
+    """x / |x| with |x| held constant under autograd: Norm's value, the gradient only scaled.
+
+    The embedding rows are kept unit by ``after_step``, as the paper's code and nGPT-pytorch
+    keep them; differentiating through Norm as well would project their gradient onto each
+    row's tangent space, which nGPT-pytorch does not, and Adam would take other steps.
+    """
+    return x / x.norm(p=2.0, dim=-1, keepdim=True).clamp_min(1e-12).detach()
+
+
 class Scaling(nn.Module):
     """A learned vector used at ``init`` and stored at ``stored``: ``scale * (init / stored)``.
 
@@ -77,14 +93,17 @@ class Scaling(nn.Module):
 
 
 class NGPTResidual(Residual):
-    """h <- Norm(h + |alpha| (Norm(f(h)) - h)), with h normalised again first as the code does."""
+    """h <- Norm(h + |alpha| (Norm(f(h)) - h)). h arrives unit (``NGPTEnds.begin`` or the last
+    update's Norm) and is used as it is, as nGPT-pytorch does: normalising it again, as the
+    paper's code does, changes no value but projects the embedding's gradient in the first
+    layer, so training would leave the reference's."""
 
     def __init__(self, dim: int, alpha_init: float) -> None:
         super().__init__()
         self.alpha = Scaling(dim, alpha_init, dim**-0.5)
 
     def forward(self, h, f: Sublayer):
-        return self.step(unit(h), unit(f(h)))
+        return self.step(h, unit(f(h)))
 
     def step(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return unit(a + self.alpha().abs() * (b - a))
@@ -129,15 +148,15 @@ class HiddenScales(nn.Module):
 
 
 class NGPTEnds(StreamEnds):
-    """In: the normalised embedding. Out: the last state as it is (already unit); logits
-    s_z * (E_out h), cosines since E_out's rows and h are unit vectors."""
+    """In: the embedding scaled onto the sphere (:func:`onto_sphere`). Out: the last state as
+    it is (already unit); logits s_z * (E_out h), cosines since E_out's rows and h are unit."""
 
     def __init__(self, vocab: int, dim: int) -> None:
         super().__init__(None)
         self.s_z = Scaling(vocab, 1.0, dim**-0.5) if vocab else None
 
     def begin(self, x: torch.Tensor) -> torch.Tensor:
-        return unit(x)
+        return onto_sphere(x)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         return state

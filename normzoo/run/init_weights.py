@@ -31,8 +31,8 @@ from normzoo.checkpoints.reading import (
 )
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.errors import NormzooError
-from normzoo.models import assemble
 from normzoo.recipe import Recipe
+from normzoo.tasks import task_of
 
 LISTED = 8  # names shown per kind of difference
 
@@ -68,6 +68,11 @@ class InitWeights:
             f"({_names(self.unexpected)})" if self.unexpected else "",
             f"{len(self.reshaped)} of another shape ({_names(self.reshaped)})"
             if self.reshaped else "") if text]
+
+    def fit_recipe(self, recipe: Recipe) -> None:
+        """:meth:`fit` to the model ``recipe`` builds on this checkpoint's tokenizer: once the
+        run has resolved what only its data says (a classifier's label set)."""
+        self.fit(*_model_shapes(recipe, Tokenizer.from_str(self.tokenizer).vocab_size))
 
     def fit(self, expected: dict[str, torch.Size], tied: list[list[str]]) -> None:
         """Compare with the model's weight shapes; refuse a misfit when strict, or when
@@ -157,11 +162,11 @@ def _model_shapes(recipe: Recipe, vocab_size: int
     that cannot be built there."""
     try:
         with torch.device("meta"):
-            model = assemble(recipe.model, vocab_size=vocab_size)
+            model = task_of(recipe).build_model(recipe, vocab_size)
     except NormzooError:
         raise
     except Exception:  # a plugin that computes while it builds
-        model = assemble(recipe.model, vocab_size=vocab_size)
+        model = task_of(recipe).build_model(recipe, vocab_size)
     names: dict[int, list[str]] = {}
     for name, tensor in [*model.named_parameters(remove_duplicate=False),
                          *model.named_buffers(remove_duplicate=False)]:
@@ -171,7 +176,8 @@ def _model_shapes(recipe: Recipe, vocab_size: int
 
 
 def initial_weights(recipe: Recipe) -> InitWeights | None:
-    """The checked weights of ``init.from``, or None when the recipe has none."""
+    """The weights of ``init.from``, read and checked, or None when the recipe has none; the
+    run fits them to its model (:meth:`InitWeights.fit_recipe`) once its data is read."""
     source = recipe.init.checkpoint
     if not source:
         return None
@@ -182,6 +188,4 @@ def initial_weights(recipe: Recipe) -> InitWeights | None:
         state, tokenizer, step = _read(path)
     except CheckpointError as error:
         raise InitError(f"init.from: {error}") from None
-    weights = InitWeights(str(path), step, tokenizer, state, recipe.init.strict)
-    weights.fit(*_model_shapes(recipe, Tokenizer.from_str(tokenizer).vocab_size))
-    return weights
+    return InitWeights(str(path), step, tokenizer, state, recipe.init.strict)

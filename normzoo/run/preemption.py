@@ -27,8 +27,9 @@ requeued job, which runs the same command again, resumes from the checkpoint by 
 (:func:`slurm_restarted`).
 
 The callback is :class:`~normzoo.run.callbacks.signals.StopOnSignal`; this module keeps what
-needs no Lightning (the exception and SLURM's side), so that a sweep catches
-:class:`Preempted` without importing it.
+needs no Lightning (the exception, SLURM's side, and :func:`request_stop`, by which a sweep
+cell's job reaches the run that trains), so that a sweep catches :class:`Preempted` without
+importing it. The run (:mod:`normzoo.run.endings`) records every ending.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import re
 import signal
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from normzoo.errors import NormzooError
 
@@ -48,12 +49,16 @@ REQUEUE_SIGNAL = signal.SIGUSR1
 
 
 class Preempted(NormzooError):
-    """Training was stopped by a signal after saving a checkpoint; exit code 128 + signal."""
+    """Training was stopped by a signal after saving a checkpoint; exit code 128 + signal.
 
-    def __init__(self, message: str, signum: int) -> None:
+    ``what``: what was stopped and saved, without the message's advice on how to go on (a
+    sweep, which gives advice of its own, reads it instead of parsing the message)."""
+
+    def __init__(self, message: str, signum: int, *, what: str | None = None) -> None:
         super().__init__(message)
         self.exit_code = 128 + signum
         self.signum = signum
+        self.what = message if what is None else what
 
 
 class StopSignal(BaseException):
@@ -63,6 +68,29 @@ class StopSignal(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+# The stop of the run training in this process now (its StopOnSignal's ``request``), newest last.
+_stop_requests: list[Callable[[int], bool]] = []
+
+
+@contextlib.contextmanager
+def taking_stop_requests(request: Callable[[int], bool]) -> Iterator[None]:
+    """While inside (a run's ``fit``), :func:`request_stop` asks ``request``. Signals reach a
+    process, not a run: this is how code that holds no reference to the run (a sweep cell's
+    job) reaches the run that trains in its process."""
+    _stop_requests.append(request)
+    try:
+        yield
+    finally:
+        _stop_requests.remove(request)
+
+
+def request_stop(signum: int) -> bool:
+    """Ask the run that trains in this process to stop as ``signum`` stops it (at the end of the
+    current step, with a checkpoint); False, and nothing asked, where none takes it now (before
+    training has started, or after it ended)."""
+    return bool(_stop_requests) and _stop_requests[-1](signum)
 
 
 @contextlib.contextmanager

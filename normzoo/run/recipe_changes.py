@@ -16,6 +16,7 @@ from typing import Any
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import local_path
+from normzoo.tasks import task_of
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,26 @@ def recipe_changes(theirs: dict[str, Any], recipe: Recipe
     defaults = Recipe().to_dict()
     defaults["model"] = ModelConfig().model_dump(mode="json")
     theirs = _their_paths(_filled(theirs, defaults))
-    ours = recipe.to_dict()
+    ours = _with_resolved_options(recipe.to_dict(), theirs)
     old, new = _leaves(_same_model(theirs)), _leaves(_same_model(ours))
     keys = sorted(set(old) | set(new), key=_order(ours))
     return theirs, [Change(key, old.get(key), new.get(key)) for key in keys
                     if old.get(key) != new.get(key)]
+
+
+def _with_resolved_options(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """``ours`` with the task options it leaves to the data (a default of None, such as a
+    classifier's label set) taken from the checkpoint's run, which resolved them: not a
+    change, since the run resolves them again from the same data."""
+    if ours.get("task") != theirs.get("task") or not isinstance(theirs.get("task_options"),
+                                                                  dict):
+        return ours
+    defaults = task_of(ours["task"]).options
+    options = dict(ours.get("task_options") or {})
+    for key, value in theirs["task_options"].items():
+        if key not in options and key in defaults and defaults[key] is None:
+            options[key] = value
+    return {**ours, "task_options": options}
 
 
 def _filled(theirs: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

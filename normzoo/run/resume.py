@@ -62,6 +62,7 @@ from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
 from normzoo.run.directory import RunDirectoryExists, run_directory_override, run_summary
 from normzoo.run.preemption import slurm_restarted
 from normzoo.run.recipe_changes import Change, recipe_changes, shown
+from normzoo.tasks import task_of
 
 
 def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path:
@@ -120,8 +121,7 @@ def _refusal(change: Change, theirs: dict[str, Any], step: int) -> str | None:
     """Why ``change`` cannot be made on resume, or None if it can."""
     if change.key == "trainer.max_steps" and isinstance(change.new, int) and change.new < step:
         return f"below step {step}, where the checkpoint was saved: nothing left to train"
-    if change.key in DECODING and theirs.get("task") == "translation" and \
-            (theirs.get("eval") or {}).get("valid_bleu", True):
+    if change.key in DECODING and task_of(theirs).decodes_in_validation(theirs):
         return "it decodes validation BLEU, the metric this run picks its best checkpoint by"
     if change.key in RESUMABLE or change.key.startswith(RESUMABLE_SECTIONS):
         return None

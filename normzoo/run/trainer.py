@@ -145,15 +145,20 @@ def _wandb_teardown(exit_code: int) -> list[BaseException]:
 
 @dataclass
 class RunCallbacks:
-    """A run's callbacks, in the order Lightning gets them, with the two whose state the run
-    reads after ``fit`` held by name: ``rolling`` (whether the final step is saved yet) and
-    ``stop`` (which signal stopped the run, and where it saved). Lightning runs checkpoint
-    callbacks last, in their order here: best-N, then step-N and last."""
+    """A run's callbacks, in the order Lightning gets them, with those whose state the run
+    reads held by name, never looked up in ``trainer.callbacks``: ``rolling`` (whether the
+    final step is saved yet), ``stop`` (which signal stopped the run, and where it saved),
+    and what ended ``fit`` (:func:`stop_reason`): ``early`` (``trainer.patience``) and
+    ``timer`` (``trainer.max_time``, made here rather than by Lightning's Trainer so that
+    the run holds it). Lightning runs checkpoint callbacks last, in their order here: best-N,
+    then step-N and last."""
 
     best: ModelCheckpoint
     rolling: RollingCheckpoints
     stop: StopOnSignal
     listed: list[Callback] = field(default_factory=list)
+    early: EarlyStopping | None = None
+    timer: Timer | None = None
 
     @classmethod
     def for_recipe(cls, recipe: Recipe, run_dir: Path) -> RunCallbacks:
@@ -169,18 +174,23 @@ class RunCallbacks:
         listed: list[Callback] = [best, RelocateCheckpoints(best), BetweenEpochs(), rolling, stop,
                                   FlushLogsOnCheckpoint(), StepLearningRate(),
                                   TrainingThroughput(), ValidateAtMaxSteps()]
+        early = timer = None
         if t.patience is not None:
             # At validation (every val_every_steps), never at an epoch's end: token-budget
             # epochs are no unit a recipe counts in.
-            listed.append(EarlyStopping(monitor=monitor, mode=mode, patience=t.patience,
-                                        min_delta=t.min_delta, check_on_train_epoch_end=False))
+            early = EarlyStopping(monitor=monitor, mode=mode, patience=t.patience,
+                                  min_delta=t.min_delta, check_on_train_epoch_end=False)
+            listed.append(early)
         if diagnostics.guard or diagnostics.max_loss is not None:
             listed.append(DivergenceGuard(diagnostics.max_loss))
         if diagnostics.every_steps:
             listed.append(DiagnosticsCallback(diagnostics.every_steps))
         if t.progress_bar:
             listed.append(StepProgressBar())
-        return cls(best, rolling, stop, listed)
+        if t.max_time is not None:  # last, where Trainer(max_time=...) put its own
+            timer = Timer(duration=t.max_time, interval="step")
+            listed.append(timer)
+        return cls(best, rolling, stop, listed, early=early, timer=timer)
 
 
 # Lightning warns when an epoch has fewer batches than log_every_n_steps; its steps are counted
@@ -208,7 +218,6 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: RunCallbacks | None 
             default_root_dir=run_dir,
             max_steps=t.max_steps,
             max_epochs=t.max_epochs if t.max_epochs is not None else -1,
-            max_time=t.max_time,
             val_check_interval=t.val_every_steps * t.accumulate,
             check_val_every_n_epoch=None,
             log_every_n_steps=t.log_every_steps,
@@ -235,22 +244,22 @@ def build_trainer(recipe: Recipe, run_dir: Path, callbacks: RunCallbacks | None 
         ) from None
 
 
-def stop_reason(trainer: Any, recipe: Recipe) -> str:
+def stop_reason(trainer: Any, recipe: Recipe, callbacks: RunCallbacks) -> str:
     """Why ``fit`` ended, in words for ``summary.json``: converged (early stopping, with
-    Lightning's own account), the step cap, the time limit or the epoch limit."""
-    for callback in trainer.callbacks:
+    Lightning's own account), the step cap, the time limit or the epoch limit; read from the
+    run's own ``callbacks``."""
+    if (early := callbacks.early) is not None:
         # stopping_reason_message is Lightning >= 2.6; older ones record only stopped_epoch.
-        message = getattr(callback, "stopping_reason_message", None)
-        if isinstance(callback, EarlyStopping) and (message or callback.stopped_epoch):
-            message = message or (f"{callback.monitor} did not improve in the last "
-                                  f"{callback.wait_count} records")
+        message = getattr(early, "stopping_reason_message", None)
+        if message or early.stopped_epoch:
+            message = message or (f"{early.monitor} did not improve in the last "
+                                  f"{early.wait_count} records")
             return f"early stopping: {message.removesuffix(' Signaling Trainer to stop.')}"
     if trainer.global_step >= recipe.trainer.max_steps:
         return f"step cap: trainer.max_steps={recipe.trainer.max_steps}"
-    for callback in trainer.callbacks:
-        if isinstance(callback, Timer) and callback.time_remaining() is not None and (
-                callback.time_remaining() <= 0):
-            return f"time limit: trainer.max_time={recipe.trainer.max_time}"
+    if (timer := callbacks.timer) is not None and (left := timer.time_remaining()) is not None \
+            and left <= 0:
+        return f"time limit: trainer.max_time={recipe.trainer.max_time}"
     if recipe.trainer.max_epochs is not None:
         return f"epoch limit: trainer.max_epochs={recipe.trainer.max_epochs}"
     return "fit ended"

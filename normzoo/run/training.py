@@ -7,52 +7,47 @@ checkpoint on the test split) and :meth:`~TrainingRun.close`. The object holds t
 paths, the process's rank, the clock, the Trainer and its callbacks, the data and the task,
 so no stage threads them through arguments to the next. Every ending (completed, stopped
 early, pre-empted or interrupted by a signal, diverged, failed) writes ``summary.json``
-through the one :meth:`~TrainingRun.write_summary`, so every summary starts alike.
+through the one :meth:`~TrainingRun.write_summary`, so every summary starts alike, and is
+recorded on the run itself (:mod:`normzoo.run.endings`, whose :class:`RunEndings` is the
+part of :class:`TrainingRun` that keeps how it ended, and what a stop leaves).
 
 Each stage's code is in its own module under :mod:`normzoo.run`; this module only runs them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import typer
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from normzoo.data.shapes import ShapeCount, batch_shapes_line
 from normzoo.data.tokenizer import Tokenizer
-from normzoo.diagnostics.callbacks import DivergenceError
-from normzoo.errors import RuntimeFailure
 from normzoo.recipe import Recipe
 from normzoo.recipe.paths import for_training, unread_data_keys
 from normzoo.run.allocator import keep_freed_memory
 from normzoo.run.allocator import requested as requested_malloc
 from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
-from normzoo.run.final_test import test_language_model, test_translation
+from normzoo.run.endings import RunEndings
 from normzoo.run.hardware import describe
-from normzoo.run.history import last_validation, metrics_path, resume_history
+from normzoo.run.history import metrics_path, resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.kernels import kernel_line, kernel_record
 from normzoo.run.machine import cpu_bf16_override, for_this_machine
-from normzoo.run.preemption import Preempted, StopSignal, requeue_note, stop_signals_raise
-from normzoo.run.resume import completed, resume_command, starting_point
+from normzoo.run.resume import completed, starting_point
 from normzoo.run.trainer import (
     RunCallbacks,
     build_loggers,
     build_trainer,
     close_loggers,
     global_rank,
-    machine_failures,
     stop_reason,
 )
-from normzoo.tasks import task_class
+from normzoo.tasks import task_class, task_of
 from normzoo.tasks.datamodule import TextDataModule, show_progress, training_data
 
 
@@ -74,33 +69,16 @@ def run(
     (:class:`~normzoo.run.directory.RunDirectory`): a second process on a live run is refused
     before it reads or deletes anything. A SLURM job requeued after
     pre-emption runs the same command again and resumes by itself, as Lightning's does.
+    Every stop signal is raised, one after the summary said completed too (a sweep stops
+    there); ``normzoo train`` runs :meth:`TrainingRun.run` itself, to answer that one.
     """
     training = TrainingRun(recipe, recipe_path, force=force, resume=resume, overrides=overrides)
-    try:
-        training.setup()
-        if (summary := training.complete) is None:
-            training.fit()
-            summary = training.write_summary("completed", **training.test())
-    except BaseException as ending:
-        training.close(exit_code(ending))
-        raise
-    training.close(0)
-    return summary
+    return training.run()
 
 
-def exit_code(ending: BaseException) -> int:
-    """The exit code ``ending`` ends the process with (a stop signal's 128 + signal, a
-    divergence's 3, a user error's 2, else 1): the loggers record the run's ending by it."""
-    if isinstance(ending, KeyboardInterrupt) or (  # Lightning ends a Ctrl-C it caught so:
-            isinstance(ending, SystemExit) and isinstance(ending.__context__, KeyboardInterrupt)):
-        return 128 + signal.SIGINT
-    if isinstance(ending, StopSignal | SIGTERMException):
-        return 128 + getattr(ending, "signum", signal.SIGTERM)
-    return getattr(ending, "exit_code", 1)
-
-
-class TrainingRun:
-    """One run of ``normzoo train``: its stages in order, and the state they share."""
+class TrainingRun(RunEndings):
+    """One run of ``normzoo train``: its stages in order, and the state they share; how it
+    ended is kept by :class:`~normzoo.run.endings.RunEndings`."""
 
     def __init__(self, recipe: Recipe, recipe_path: str | Path, *, force: bool = False,
                  resume: str | None = None, overrides: list[str] | None = None) -> None:
@@ -125,6 +103,18 @@ class TrainingRun:
         self.shapes: ShapeCount | None = None  # one epoch's training batches, for the summary
         self.task: Any = None
         self.complete: dict | None = None  # a completed run's summary, --resume auto
+
+    def run(self, *, note_late_stops: bool = False) -> dict[str, Any] | None:
+        """Every stage, in order, inside the run's :meth:`~RunEndings.ending`; the summary
+        (rank 0), or a completed run's that ``--resume auto`` found. ``note_late_stops``:
+        a stop signal once the summary said completed is kept in ``late_signal``, not
+        raised."""
+        with self.ending(note_late_stops=note_late_stops):
+            self.setup()
+            if self.complete is None:
+                self.fit()
+                self.write_summary("completed", **self.test())
+        return self.summary if self.complete is None else self.complete
 
     def setup(self) -> None:
         """Everything before ``fit``, ordered so that what can fail fails before anything is
@@ -151,6 +141,10 @@ class TrainingRun:
             self.recipe, start.tokenizer if start else self.init.tokenizer if self.init else "",
             saved=self.run_dir / "tokenizer.json" if self.rank > 0 else None,
             progress=self.rank == 0 and show_progress())
+        # What only the data can say (a classifier's labels), recorded in the run's recipe.
+        self.recipe = self.data.recipe = task_of(self.recipe).resolved(self.recipe, self.data)
+        if self.init is not None:  # refused here, before the run directory is written
+            self.init.fit_recipe(self.recipe)
         self.shapes = self.data.train_shapes(self.trainer.world_size)
         if self.rank == 0:
             typer.echo(f"data: {batch_shapes_line(self.data.ladder, self.shapes)}", err=True)
@@ -158,6 +152,7 @@ class TrainingRun:
         self.directory.start({"recipe.yaml": (self.recipe.to_yaml(), "recipe"),
                               "tokenizer.json": (tokenizer.to_str(), "tokenizer")},
                              new=start is None, force=self.force)
+        self.started_new = start is None
         # W&B and MLflow write as they are created: only now that the run directory is ours.
         self.trainer.loggers = build_loggers(self.recipe, self.run_dir)
         self.task = self._built_task(tokenizer)
@@ -171,16 +166,9 @@ class TrainingRun:
         :class:`~normzoo.diagnostics.callbacks.DivergenceError` (exit 3) or
         :class:`~normzoo.errors.RuntimeFailure` (exit 1)."""
         with self._recording_failures():
-            try:
-                with machine_failures(self.trainer, self.run_dir / "checkpoints"):
-                    self.trainer.fit(self.task, datamodule=self.data, ckpt_path=self.ckpt_path,
-                                     weights_only=True)
-            except SIGTERMException:
-                raise self._preempted() from None
-            except DivergenceError as error:
-                self.write_summary("diverged", steps=error.step, diverged_at_step=error.step,
-                                   reason=str(error), last_good_checkpoint=error.last_checkpoint)
-                raise
+            with self._training_stops():
+                self.trainer.fit(self.task, datamodule=self.data, ckpt_path=self.ckpt_path,
+                                 weights_only=True)
             # last.ckpt is written at each validation, and a run that reaches max_steps
             # validates there (ValidateAtMaxSteps); one stopped otherwise (max_epochs) gets its
             # final state here. Only then: a state saved after fit ended resumes one logged
@@ -191,48 +179,45 @@ class TrainingRun:
                                                               or step != self.resumed_step):
                 self.trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt",
                                              weights_only=False)
+        self.fitted = True
 
     def test(self) -> dict[str, Any]:
         """The best checkpoint's scores (validation and test) and what else the completed
-        summary records; empty on ranks other than 0. A language model's validation and test
-        are collective (every rank takes part) and count in ``train_wall_s``; translation's
-        decoding is rank 0's alone and does not. A stop signal ends the test at once
-        (:meth:`_test_stopped`)."""
+        summary records; empty on ranks other than 0. The task's final test
+        (:meth:`~normzoo.tasks.contract.Task.final_test`) says where training time ends. A
+        stop signal ends the test at once (:meth:`_test_stopped`)."""
         trainer, recipe = self.trainer, self.recipe
         with self._recording_failures(), self._test_stopped():
-            if recipe.task == "translation":
-                self.trained = time.perf_counter()
-                if not trainer.is_global_zero:
-                    return {}
-                # A run resumed at its end (its test was stopped) validated nothing here.
-                validation = {k: float(v) for k, v in trainer.callback_metrics.items()
-                              if k.startswith("val/")} or last_validation(
-                                  metrics_path(self.run_dir))
-                test = test_translation(recipe, self.task, self.data, trainer)
-            else:
-                validation, test = test_language_model(recipe, self.task, self.data, trainer)
-                self.trained = time.perf_counter()
-                if not trainer.is_global_zero:
-                    return {}
+            scored = task_of(recipe).final_test(recipe, self.task, self.data, trainer,
+                                                self._training_ended)
+        if scored is None:  # another process: rank 0 writes the summary
+            return {}
+        validation, test = scored
         scores: dict[str, Any] = {
-            "stopped": stop_reason(trainer, recipe),
+            "stopped": stop_reason(trainer, recipe, self.callbacks),
             "best_checkpoint": self.callbacks.best.best_model_path or None,
             "validation": validation, "test": test}
         if self.init is not None:
             scores["init"] = self.init.record()
         return scores | {"total_wall_s": round(time.perf_counter() - self.started, 1)}
 
+    def _training_ended(self) -> None:
+        """Where ``train_wall_s`` ends: the task's final test calls it."""
+        self.trained = time.perf_counter()
+
     def write_summary(self, status: str, **extra: Any) -> dict[str, Any] | None:
         """Write how the run ended to ``summary.json`` (atomically, by rank 0 alone) and return
-        it; None on other ranks. Every ending has ``status``, ``recipe``, ``run_dir``,
+        it; None on other ranks. Every ending has ``status``, ``task``, ``recipe``, ``run_dir``,
         ``steps`` (``extra`` may give its own: a diverged run's step), ``train_wall_s``
         (until :meth:`test` ended training, else until now), then ``extra``, the
         kernels (:func:`~normzoo.run.kernels.kernel_record`) and ``machine``."""
         trainer = self.trainer
         if not trainer.is_global_zero:
+            self.status = status
             return None
-        summary = {"status": status, "recipe": str(self.recipe_path),
-                   "run_dir": str(self.run_dir), "steps": trainer.global_step,
+        summary = {"status": status, "task": self.recipe.task,
+                   "recipe": str(self.recipe_path), "run_dir": str(self.run_dir),
+                   "steps": trainer.global_step,
                    "train_wall_s": round((self.trained or time.perf_counter()) - self.started, 1)}
         if self.shapes is not None:
             summary |= {"train_batch_shapes": self.shapes.shapes,
@@ -241,6 +226,7 @@ class TrainingRun:
         summary |= kernel_record(self.recipe, trainer.strategy.root_device.type)
         summary["machine"] = describe(trainer.strategy.root_device.type)
         self.directory.write("summary.json", json.dumps(summary, indent=2), "summary")
+        self.status, self.summary = status, summary  # once written: a stop before finds None
         return summary
 
     def close(self, exit_code: int = 0) -> None:
@@ -262,12 +248,12 @@ class TrainingRun:
         recipe = self.recipe
         L.seed_everything(recipe.seed, workers=True, verbose=False)
         task = task_class(recipe.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
+        task.flops_read = True  # the run's TrainingThroughput (RunCallbacks) reads them
         if self.init is not None:
             self.init.load_into(task.model)
             if self.rank == 0:
                 typer.echo(self.init.announcement(), err=True)
-        if recipe.task == "translation":
-            task.valid_references = self.data.references["valid"]
+        task_of(recipe).connect(task, self.data)
         if self.rank == 0:
             size = sum(p.numel() for p in task.model.parameters())
             budget = recipe.data.max_tokens * recipe.trainer.accumulate * self.trainer.world_size
@@ -275,54 +261,3 @@ class TrainingRun:
             if (device := self.trainer.strategy.root_device.type) == "cuda":
                 typer.echo(kernel_line(recipe, device), err=True)
         return task
-
-    def _preempted(self) -> Preempted:
-        """Record a run stopped by a signal during training (its checkpoint, the command that
-        resumes it) and say the same in the error that ends the process."""
-        stop = self.callbacks.stop
-        return self._stopped(stop.agreed, stop.saved_path, stop.requeue_note,
-                             f"stopped by {{name}} at step {self.trainer.global_step}: saved "
-                             f"{stop.saved_path}{{note}}; continue with: {{command}}")
-
-    def _stopped(self, signum: int, checkpoint: Any, requeue: str, says: str,
-                 **extra: Any) -> Preempted:
-        """Write the pre-empted summary (the signal, the checkpoint, the command that goes on,
-        a SLURM requeue) and return the error that ends the process; ``says`` is its message,
-        with ``{name}``, ``{note}`` and ``{command}`` filled in."""
-        name = signal.Signals(signum).name
-        command = resume_command(self.recipe_path, self.run_dir, self.overrides)
-        self.write_summary("preempted", signal=name, **extra, checkpoint=checkpoint,
-                           resume=command, **({"requeue": requeue} if requeue else {}))
-        note = f"; {requeue}" if requeue else ""
-        # Placeholders replaced, not str.format: a path may hold braces.
-        message = says.replace("{name}", name).replace("{note}", note)
-        return Preempted(message.replace("{command}", command), signum)
-
-    @contextlib.contextmanager
-    def _test_stopped(self):
-        """SIGTERM, SIGUSR1 or Ctrl-C during the final test: training is over and saved, so
-        ``--resume auto`` runs the test alone (a SLURM job requeued by SIGUSR1 does so by
-        itself). Recorded as pre-empted, with that command, and said so in the error that
-        ends the process (exit 128 + signal)."""
-        try:
-            with stop_signals_raise():
-                yield
-        except StopSignal as stop:
-            saved = self.run_dir / "checkpoints" / "last.ckpt"
-            note = requeue_note(stop.signum, self.recipe.trainer.slurm_requeue,
-                                self.trainer.is_global_zero)
-            raise self._stopped(stop.signum, str(saved), note,
-                                f"training finished at step {self.trainer.global_step} (saved "
-                                f"{saved}), but {{name}} stopped the final test{{note}}; run "
-                                "the test alone with: {command}", during="final test") from None
-
-    @contextlib.contextmanager
-    def _recording_failures(self):
-        """A machine failure (memory, disk) during fit or the final test is recorded as the
-        run's ending, as far as the disk still allows; the failure itself is what is raised."""
-        try:
-            yield
-        except RuntimeFailure as failure:
-            with contextlib.suppress(RuntimeFailure):
-                self.write_summary("failed", reason=str(failure))
-            raise

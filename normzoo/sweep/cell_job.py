@@ -25,7 +25,7 @@ from typing import Any
 from submitit import JobEnvironment
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from normzoo.run.preemption import Preempted
+from normzoo.run.preemption import Preempted, request_stop
 
 Cell = dict[str, str]
 
@@ -74,15 +74,11 @@ class CellJob(Checkpointable):
         stopping: list[int] = []
 
         def stop_then_requeue(signum: int, frame: Any) -> None:
-            # While the run trains, SIGTERM is normzoo's stop (a StopOnSignal callback's
-            # handler); it is handed SIGTERM, not this signal, as that is what it passes on to
-            # the processes it launched. Imported here: Lightning is loaded once a run trains.
-            from normzoo.run.callbacks.signals import StopOnSignal
-
-            stop = signal.getsignal(signal.SIGTERM)
-            if callable(stop) and isinstance(getattr(stop, "__self__", None), StopOnSignal):
+            # While the run trains, it takes the stop SIGTERM gets (request_stop: the run's
+            # own, handed out while it trains), asked for as SIGTERM, not this signal, as
+            # that is what it passes on to the processes it launched.
+            if request_stop(signal.SIGTERM):
                 stopping.append(signum)  # the run stops at its next clean step, saves, raises
-                stop(signal.SIGTERM, frame)
             else:
                 submitit_handler(signum, frame)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from normzoo.errors import NormzooError
+from normzoo.tasks import task_of
 
 
 class CompareError(NormzooError):
@@ -53,7 +54,7 @@ def run_task(run_dirs: list[Path]) -> str:
 def _run(run_dir: Path) -> tuple[list[str], str, dict[str, Any]]:
     """A finished translation run's test hypotheses, test split name and resolved recipe."""
     recipe = run_recipe(run_dir)
-    if recipe.get("task") != "translation":
+    if task_of(recipe).compared_by != "hypotheses":
         raise CompareError(f"{run_dir} is not a translation run (its task is "
                            f"{recipe.get('task')}); compare scores translations")
     split = recipe["data"]["test_split"]

@@ -12,7 +12,6 @@ import csv
 import functools
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +67,8 @@ def run_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, str],
     except Preempted as stop:  # stopped by a signal with a checkpoint: the sweep stops
         # The cell's own advice (its `normzoo train ... --resume auto`) would finish this cell
         # alone: never the cells after it, nor results.csv. The sweep's command does both.
-        said = str(stop).split("; continue with:")[0]
-        raise Preempted(f"{said}; the sweep stopped at cell {name}: run the same normzoo sweep "
-                        "command again to continue it (finished cells are kept, this one "
+        raise Preempted(f"{stop.what}; the sweep stopped at cell {name}: run the same normzoo "
+                        "sweep command again to continue it (finished cells are kept, this one "
                         "resumes from its checkpoint)", stop.signum) from None
     except Exception as error:  # the sweep goes on; sweep() reports every failed cell at the end
 
@@ -108,12 +106,10 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
                    metric_value=summary["validation"].get(metric, ""),
                    test_bleu=summary.get("test", {}).get("bleu", ""),
                    test_loss=summary.get("test", {}).get("loss", ""))
-    except DivergenceError as error:
-        step = re.search(r"diverged at step (\d+)", str(error))
-        row.update(status="diverged", stopped="diverged",
-                   diverged_at_step=int(step.group(1)) if step else "",
-                   steps=int(step.group(1)) if step else "", metric_value="", test_bleu="",
-                   test_loss="")
+    except DivergenceError as error:  # the step it carries, as the run's summary records it
+        step = error.step if error.step is not None else ""
+        row.update(status="diverged", stopped="diverged", diverged_at_step=step, steps=step,
+                   metric_value="", test_bleu="", test_loss="")
     row["final_train_loss"] = final_train_loss(run_dir)
     if diagnose:
         from normzoo.diagnostics.diagnose import diagnose_run

@@ -1,47 +1,62 @@
-"""The tasks a recipe can train, and what each one is judged by.
+"""The tasks a recipe can train: each one a :class:`~normzoo.tasks.contract.Task` registered in
+the ``normzoo.tasks`` entry-point group, as residual schemes and norms are (normzoo's own four:
+``translation``, ``mlm``, ``causal_lm``, ``classification``; a third party adds one the same
+way, docs/plugins.md). Nothing outside this package names a task: it asks :func:`task_of`.
 
-Importing this package is cheap; a task's module (and Lightning with it) is imported only when
-:func:`task_class` asks for it.
+Importing this package is cheap; a task's LightningModule (and Lightning with it) is imported
+only when :func:`task_class` asks for it.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from normzoo.tasks.contract import Card, EvaluateRequest, Task
 
 if TYPE_CHECKING:
     from normzoo.recipe import Recipe
-    from normzoo.tasks.base import NormzooTask
+
+__all__ = [
+    "Card",
+    "EvaluateRequest",
+    "Task",
+    "monitored_metric",
+    "task_class",
+    "task_names",
+    "task_of",
+]
+
+_made: dict[tuple[str, int], Task] = {}
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    """Where a task's LightningModule lives and which validation metric picks its best
-    checkpoint (``mode``: whether higher or lower is better)."""
+def task_of(which: str | Recipe | dict[str, Any]) -> Task:
+    """The task named ``which`` (a name, a recipe, or a recipe as plain data). An unknown name
+    is a :class:`~normzoo.errors.RegistryError` that lists the registered ones."""
+    from normzoo import registry
 
-    module: str
-    cls: str
-    monitor: str
-    mode: str
-
-
-TASKS = {
-    "translation": TaskSpec("normzoo.tasks.translation", "TranslationTask", "val/bleu", "max"),
-    "mlm": TaskSpec("normzoo.tasks.lm", "MaskedLMTask", "val/loss", "min"),
-    "causal_lm": TaskSpec("normzoo.tasks.lm", "CausalLMTask", "val/loss", "min"),
-}
+    if isinstance(which, dict):
+        name = str(which.get("task"))
+    else:
+        name = which if isinstance(which, str) else which.task
+    cls = registry.tasks.get(name)
+    key = (name, id(cls))
+    if key not in _made:
+        _made[key] = cls()
+    return _made[key]
 
 
-def task_class(task: str) -> type[NormzooTask]:
+def task_names() -> list[str]:
+    """Every registered task's name, sorted (imports nothing)."""
+    from normzoo import registry
+
+    return registry.tasks.names()
+
+
+def task_class(task: str) -> type:
     """The LightningModule class that trains ``task``."""
-    spec = TASKS[task]
-    return getattr(importlib.import_module(spec.module), spec.cls)
+    return task_of(task).module()
 
 
 def monitored_metric(recipe: Recipe) -> tuple[str, str]:
     """The validation metric that picks the best checkpoint, and whether higher is better."""
-    if recipe.task == "translation" and not recipe.eval.valid_bleu:
-        return "val/loss", "min"
-    spec = TASKS[recipe.task]
-    return spec.monitor, spec.mode
+    return task_of(recipe).monitored(recipe)

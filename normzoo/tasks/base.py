@@ -22,16 +22,15 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins.precision.amp import _optimizer_handles_unscaling
 from lightning.fabric.utilities.throughput import measure_flops
-from lightning.pytorch.callbacks import ThroughputMonitor
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import rank_zero_info
 
 from normzoo import __version__
 from normzoo.checkpoints import rng_state as rng
 from normzoo.data.shapes import ladder_rungs
-from normzoo.models import assemble
 from normzoo.nn.token_loss import LossTerms
 from normzoo.recipe import Recipe
+from normzoo.tasks import task_of
 from normzoo.tasks.compiled import (
     CompileCount,
     compile_step,
@@ -68,7 +67,8 @@ class NormzooTask(L.LightningModule):
         # on_save_checkpoint.
         self.save_hyperparameters({"recipe": recipe.to_dict(), "vocab_size": vocab_size})
         self.recipe = recipe
-        self.model = assemble(recipe.model, vocab_size=vocab_size)
+        # The task's model (a classifier adds its head to the assembled encoder).
+        self.model = task_of(recipe).build_model(recipe, vocab_size)
         # trainer.compile: the loss of a batch (model and loss, one region) compiled, not the
         # model, so checkpoint keys stay unprefixed; decoding calls encode/decode, left eager.
         self._compiled: Callable[..., LossTerms] | None = None
@@ -135,11 +135,14 @@ class NormzooTask(L.LightningModule):
             if self._monitors_throughput():
                 self._flops_per_token = self.measure_flops_per_token(batch)
 
+    # Whether a ThroughputMonitor reads flops_per_batch: set by whoever gives the Trainer one
+    # (a training run, whose RunCallbacks hold it), never looked up in trainer.callbacks.
+    flops_read = False
+
     def _monitors_throughput(self) -> bool:
         """Whether Lightning's ThroughputMonitor reads :attr:`flops_per_batch` here: it does on
-        the global rank 0 only."""
-        return self.trainer.is_global_zero and any(
-            isinstance(callback, ThroughputMonitor) for callback in self.trainer.callbacks)
+        the global rank 0 only, where one was given (:attr:`flops_read`)."""
+        return self.trainer.is_global_zero and self.flops_read
 
     @property
     def flops_per_batch(self) -> int | None:

@@ -11,6 +11,7 @@ import functools
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -18,12 +19,12 @@ from torch.utils.data import DataLoader
 
 from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
 from normzoo.data.cache import Prepared
-from normzoo.data.examples import BlockData, ParallelData, SentenceData
 from normzoo.data.prepare import open_prepared, prepare
 from normzoo.data.shapes import LengthLadder, ShapeCount, ladder_for
 from normzoo.data.sources import DataError
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.recipe import Recipe
+from normzoo.tasks import task_of
 
 # How long a process that does not build the cache waits for the one that does (another node
 # may be encoding WMT14): longer than any prepare, shorter than forever.
@@ -43,9 +44,9 @@ class TextDataModule(L.LightningDataModule):
         self.recipe, self.tokenizer, self.show_progress = recipe, tokenizer, show_progress
         self.prepared: Prepared | None = None
         self.report = None
-        self.datasets: dict[str, ParallelData | SentenceData | BlockData] = {}
-        self.sources: dict[str, list[str]] = {}  # raw text by role, translation only
-        self.references: dict[str, list[str]] = {}
+        self.datasets: dict[str, Any] = {}  # the task's examples by role
+        # Raw text the task keeps beside its tokens (Task.kept_texts), by name and role.
+        self.texts: dict[str, dict[str, list[str]]] = {}
         # A streamed training split is read while training; only the others are prepared.
         self.roles = ("valid", "test") if recipe.data.streaming else ("train", "valid", "test")
 
@@ -70,18 +71,20 @@ class TextDataModule(L.LightningDataModule):
         return self.prepared
 
     def _build(self, role: str):
-        data, task, prepared = self.recipe.data, self.recipe.task, self._open()
-        if task == "translation":
-            if role != "train":
-                self.sources[role] = prepared.lines(role, "src")
-                self.references[role] = prepared.lines(role, "ref")
-            return ParallelData(prepared.table(role, "src"), prepared.table(role, "tgt"),
-                                data.max_len, drop_long=role == "train")
-        lines = prepared.table(role, "text")
-        if task == "mlm":
-            return SentenceData(lines, data.max_len, self.tokenizer.vocab_size, data.mask_prob,
-                                mask_seed=None if role == "train" else self.recipe.seed)
-        return BlockData(lines.tokens, data.max_len)
+        prepared, task = self._open(), task_of(self.recipe)
+        for name in task.kept_texts(role):
+            self.texts.setdefault(name, {})[role] = prepared.lines(role, name)
+        return task.dataset(prepared, role, self.recipe, self.tokenizer)
+
+    @property
+    def sources(self) -> dict[str, list[str]]:
+        """Raw source sentences by role, where the task keeps them (translation's ``src``)."""
+        return self.texts.get("src", {})
+
+    @property
+    def references(self) -> dict[str, list[str]]:
+        """Raw references by role, where the task keeps them (translation's ``ref``)."""
+        return self.texts.get("ref", {})
 
     def dataset(self, role: str):
         """The examples of ``role`` (``train``, ``valid`` or ``test``)."""
@@ -122,20 +125,21 @@ class TextDataModule(L.LightningDataModule):
                                      ladder=self.ladder)
         return sampler.shapes(dataset.sides())
 
-    def _world(self) -> tuple[int, int]:
+    def world(self) -> tuple[int, int]:
+        """This process's rank and the number of processes (0 and 1 outside a trainer)."""
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def _loader(self, role: str) -> DataLoader:
         dataset, training = self.dataset(role), role == "train"
-        rank, world = self._world()
+        rank, world = self.world()
         sampler = TokenBudgetSampler(
             dataset.lengths(), self.recipe.data.max_tokens, seed=self.recipe.seed,
             shuffle=training, rank=rank, world_size=world, ladder=self.ladder,
         )
         # Page-locked host memory where batches go to a GPU: Lightning copies them with
         # non_blocking=True, which overlaps the copy with the step only from pinned memory.
-        pin = self._on_cuda()
+        pin = self.on_cuda()
         if training:  # knows its position in the epoch, for exact resume
             return ResumableLoader(dataset, sampler, collate_fn=dataset.collate,
                                    num_workers=self.workers, pin_memory=pin)
@@ -151,35 +155,15 @@ class TextDataModule(L.LightningDataModule):
         workers = self.recipe.data.num_workers
         return 0 if workers == "auto" else workers
 
-    def _on_cuda(self) -> bool:
+    def on_cuda(self) -> bool:
+        """Whether batches go to a GPU (so loaders pin host memory)."""
         trainer = self.trainer
         return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def train_dataloader(self) -> DataLoader:
         if self.recipe.data.streaming:
-            return self._streaming_loader()
+            return task_of(self.recipe).streaming_loader(self)
         return self._loader("train")
-
-    def _streaming_loader(self) -> DataLoader:
-        from normzoo.data.examples import collate_blocks, mask_tokens, pad
-        from normzoo.data.prepare import stream_rows
-        from normzoo.data.streaming import StreamingBatches, StreamingLoader
-
-        recipe, data = self.recipe, self.recipe.data
-        rank, world = self._world()
-        batches = StreamingBatches(
-            stream_rows(recipe), task=recipe.task, encode=self.tokenizer.encode_batch,
-            max_len=data.max_len, max_tokens=data.max_tokens, seed=recipe.seed,
-            buffer_size=data.shuffle_buffer, text_field=data.text_field,
-            rank=rank, world_size=world, ladder=self.ladder)
-        if recipe.task == "causal_lm":
-            collate = collate_blocks
-        else:
-            vocab, prob = self.tokenizer.vocab_size, data.mask_prob
-            collate = lambda rows, length: mask_tokens(  # noqa: E731
-                pad(rows, length=length), vocab, prob, None)
-        return StreamingLoader(batches, collate, num_workers=self.workers,
-                               pin_memory=self._on_cuda())
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("valid")

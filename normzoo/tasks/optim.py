@@ -10,6 +10,7 @@ import torch
 
 from normzoo.recipe import OptimConfig
 from normzoo.recipe.optim import decay_length
+from normzoo.residual.base import Residual
 
 # The decays' shapes, from 1 at progress 0 to 0 at progress 1 (transformers' get_wsd_schedule
 # has the same three).
@@ -77,14 +78,20 @@ GROUP_NAMES = ("lr", "lr_no_decay")
 
 def declared_options(model: torch.nn.Module) -> dict[str, dict[str, float]]:
     """What modules declare their own parameters need from the optimizer, by full parameter
-    name: a module (a scheme's residual connection, a plugin's norm) may define
-    ``optimizer_options()`` returning ``{local parameter name: {"weight_decay": 0.0,
+    name: ``optimizer_options()`` returning ``{local parameter name: {"weight_decay": 0.0,
     "lr_scale": s}}`` (either key optional). A mixing matrix of Hyper-Connections is 2-D, yet
     decaying it toward 0 would cut the streams apart: the module that owns it says so, rather
-    than the optimizer guessing from a tensor's rank."""
+    than the optimizer guessing from a tensor's rank.
+
+    A scheme's residual connection has the hook from its contract
+    (:meth:`Residual.optimizer_options <normzoo.residual.base.Residual.optimizer_options>`,
+    none by default); any other module (a plugin's norm, a plain ``nn.Module``) may define it."""
     found: dict[str, dict[str, float]] = {}
     for prefix, module in model.named_modules():
-        declare = getattr(module, "optimizer_options", None)
+        if isinstance(module, Residual):
+            declare = module.optimizer_options
+        else:  # not part of a contract: optional
+            declare = getattr(module, "optimizer_options", None)
         if callable(declare):
             for name, options in declare().items():
                 unknown = set(options) - {"weight_decay", "lr_scale"}

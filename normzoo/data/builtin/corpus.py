@@ -117,11 +117,20 @@ def generate(split: str, size: int | None = None, seed: int = 0) -> list[tuple[s
     if size < 0:
         raise ValueError(f"size must be >= 0, got {size}")
     lang = _language()
+    return [(source, _target(lang, clauses, conjunction))
+            for source, clauses, conjunction in sentences(split, size, seed)]
+
+
+def sentences(split: str, size: int, seed: int = 0) -> list[tuple[str, list[Clause], str]]:
+    """The sampled sentences of ``split`` behind :func:`generate`: each English text with its
+    clause trees and conjunction, so that another view of the corpus (the classifier's labels,
+    ``normzoo/tasks/classification/corpus.py``) reads the same sentences' structure."""
+    lang = _language()
     rng = random.Random(f"{CORPUS_NAME}/{split}/{seed}")
-    pairs: list[tuple[str, str]] = []
+    found: list[tuple[str, list[Clause], str]] = []
     seen: set[str] = set()
     attempts = 0
-    while len(pairs) < size:
+    while len(found) < size:
         attempts += 1
         if attempts > 100 * size + 10_000:
             raise RuntimeError(f"could not sample {size} distinct '{split}' sentences")
@@ -130,14 +139,14 @@ def generate(split: str, size: int | None = None, seed: int = 0) -> list[tuple[s
         if rng.random() < 0.15:
             clauses.append(_sample_clause(lang, rng))
             conjunction = "and" if rng.random() < 0.7 else "but"
-        # Only the English decides acceptance, so the target is rendered for kept draws only.
+        # Only the English decides acceptance: the target is rendered for kept draws only.
         source = _english(lang, clauses, conjunction)
         if (not _MIN_WORDS <= source.count(" ") + 1 <= _MAX_WORDS or source in seen
                 or _bucket_split(source) != split):
             continue
         seen.add(source)
-        pairs.append((source, _target(lang, clauses, conjunction)))
-    return pairs
+        found.append((source, clauses, conjunction))
+    return found
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from normzoo.errors import NormzooError
 from normzoo.export.hf.architectures import Target, target_for
 from normzoo.export.hf.llama import llama_target, why_not_llama
 from normzoo.export.hf.plain import NotMappable, PlainModel, plain_model
+from normzoo.tasks import task_of
 
 # Largest |logit difference| an export may have; fp32 rounding gives ~1e-5 on trained models.
 TOLERANCE = 1e-3
@@ -172,7 +173,9 @@ def logits_difference(model: torch.nn.Module, hf_model: Any, family: str) -> flo
 def build(loaded: Any) -> tuple[Any, PlainModel, Target]:
     """The ``transformers`` model equal to ``loaded.model``, in memory."""
     transformers = _transformers()
-
+    unmapped = task_of(loaded.recipe).hf_unmapped
+    if unmapped is not None:
+        raise NotMappable(unmapped)
     scheme = loaded.recipe.model.residual.name
     llama = llama_target(loaded.model, scheme)  # a Llama first: what decoders are served as
     if llama is not None:

@@ -28,7 +28,9 @@ class StopOnSignal(Callback):
     when the stop comes right after a validation, the checkpoint it wrote there is the one to
     keep (Lightning resumes exactly from a validation-end state, not from one saved after it).
     The run reads ``agreed``, ``saved_path`` and ``requeue_note`` from this instance once
-    ``fit`` has stopped. (A sweep's cell recognises the handler by this class's name.)
+    ``fit`` has stopped, and hands out :meth:`request` while ``fit`` runs
+    (:func:`~normzoo.run.preemption.taking_stop_requests`), for a stop asked for by other
+    means than a signal this process gets (a sweep cell's job).
     """
 
     def __init__(self, rolling: RollingCheckpoints, slurm_requeue: bool = True) -> None:
@@ -37,7 +39,17 @@ class StopOnSignal(Callback):
         self.agreed: int | None = None  # the signal every process acts on
         self.saved_path: str | None = None
         self.requeue_note = ""
+        self.listening = False  # its handlers are set: from on_train_start to the end of fit
         self._pid = os.getpid()  # the process whose signals these are (on_train_start's)
+
+    def request(self, signum: int) -> bool:
+        """Ask for the stop that ``signum`` asks for, as its handler does; False, and nothing
+        asked, unless the handlers are set (training has started and not ended): before,
+        there is no step to finish, and after, nothing to stop."""
+        if not self.listening:
+            return False
+        self._handle(signum, None)
+        return True
 
     def _handle(self, signum: int, _frame: Any) -> None:
         if os.getpid() != self._pid:
@@ -82,6 +94,11 @@ class StopOnSignal(Callback):
             # its background jobs so, that Ctrl-C at the terminal does not reach them.
             if signum != signal.SIGINT or signal.getsignal(signum) is not signal.SIG_IGN:
                 signal.signal(signum, self._handle)
+        self.listening = True
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        # Lightning's teardown has put back the handlers from before fit.
+        self.listening = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loop = trainer.fit_loop.epoch_loop

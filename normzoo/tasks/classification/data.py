@@ -1,0 +1,56 @@
+"""A classification split as a dataset: each sentence as ``[BOS, *ids, EOS]`` (cut to
+``data.max_len``) and its label's class index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from normzoo.data.examples import TokenTable, _Indexed, pad
+from normzoo.data.sources import DataError
+from normzoo.data.tokenizer import BOS, EOS
+
+
+class LabelledSentences(_Indexed):
+    """Sentences and class indices; ``labels`` are the examples' label names, ``classes`` the
+    recipe's label set (its order is the class index)."""
+
+    def __init__(self, lines: TokenTable, labels: Sequence[str], classes: Sequence[str],
+                 max_len: int, where: str = "") -> None:
+        index = {name: i for i, name in enumerate(classes)}
+        unknown = sorted(set(labels) - set(index))
+        if unknown:
+            raise DataError(f"{where}labels {', '.join(map(repr, unknown[:5]))} are not in the "
+                            f"label set ({', '.join(classes)}): add them to "
+                            "task_options.labels, or leave it unset to take the training "
+                            "split's")
+        if len(labels) != len(lines):
+            raise DataError(f"{where}{len(lines)} sentences but {len(labels)} labels")
+        self.lines, self.max_len = lines, max_len
+        self.targets = np.fromiter((index[name] for name in labels), np.int64, len(labels))
+        self._lengths = np.minimum(lines.lengths(), max_len - 2) + 2
+
+    @classmethod
+    def build(cls, rows: Sequence[Sequence[int]], labels: Sequence[str],
+              classes: Sequence[str], max_len: int) -> LabelledSentences:
+        return cls(TokenTable.from_rows(rows), labels, classes, max_len)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths
+
+    def sides(self) -> list[np.ndarray]:
+        return [self._lengths]
+
+    def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor | int]:
+        """``tokens`` ``[B, T]``, ``labels`` ``[B]`` and ``ntokens``: the examples the loss is
+        averaged over (one per sentence)."""
+        cap = self.max_len - 2
+        rows = [np.concatenate(([BOS], self.lines.row(i)[:cap], [EOS])) for i in items]
+        targets = torch.from_numpy(self.targets[np.asarray(items, dtype=np.int64)])
+        return {"tokens": pad(rows, length=getattr(items, "length", 0)), "labels": targets,
+                "ntokens": len(rows)}

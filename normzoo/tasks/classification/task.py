@@ -1,0 +1,166 @@
+"""Sentence classification on the BERT-style encoder: a sentence in, one of a set of labels out;
+scored by accuracy and macro-F1. Its data: ``SPLIT.tsv`` files of ``text<TAB>label`` lines, a
+Hugging Face dataset with a text and a label column, or the built-in labelled corpus
+(:mod:`.corpus`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
+
+if TYPE_CHECKING:
+    from normzoo.data.tokenizer import Tokenizer
+    from normzoo.errors import Problem
+    from normzoo.recipe import Recipe
+    from normzoo.recipe.data import DataConfig
+
+
+class Classification(Task):
+    """Sentence classification on an encoder: a pooled token and a classifier head."""
+
+    name = "classification"
+    family = "encoder"
+    kind = "a classifier"
+    module_path = "normzoo.tasks.classification.module:ClassificationTask"
+    parts = ("text", "label")
+    token_parts = ("text",)
+    unit = "sentences"
+    monitor = ("val/accuracy", "max")
+    evaluate_options: ClassVar[frozenset[str]] = frozenset({"--src"})
+    hf_unmapped = ("a classifier's head (normzoo's pooled token, dense, tanh and linear) is not "
+                   "mapped to a transformers architecture; the default export (safetensors) "
+                   "keeps it, for normzoo.load and normzoo evaluate")
+    options: ClassVar[dict[str, Any]] = {
+        "pooling": "first",  # the first token (BOS, BERT's [CLS]) or the mean of the tokens
+        "labels": None,  # the label set in class order; unset: the training split's, sorted
+        "label_field": "label",  # a hub dataset's label column (data.text_field: its text)
+    }
+
+    def option_problems(self, options: dict[str, Any]) -> list[Problem]:
+        from normzoo.errors import Problem
+        from normzoo.tasks.classification.model import POOLINGS
+
+        problems = super().option_problems(options)
+        pooling, labels = options.get("pooling", "first"), options.get("labels")
+        if pooling not in POOLINGS:
+            problems.append(Problem("task_options.pooling", f"is {pooling!r}; use one of "
+                                    f"{', '.join(POOLINGS)}"))
+        if labels is not None and not (
+                isinstance(labels, list) and len(labels) >= 2
+                and all(isinstance(x, str) and x.strip() for x in labels)
+                and len(set(labels)) == len(labels)):
+            problems.append(Problem("task_options.labels", "must be a list of two or more "
+                                    "distinct, non-empty label names (or unset: the training "
+                                    "split's labels)"))
+        if not isinstance(options.get("label_field", "label"), str):
+            problems.append(Problem("task_options.label_field", "must be a column name"))
+        return problems
+
+    # -- data -------------------------------------------------------------------------------
+    def split_files(self, data: DataConfig, split: str) -> list[Path]:
+        return [Path(data.dir or "") / f"{split}.tsv"]
+
+    def read(self, recipe: Recipe, split: str, limit: int | None) -> Iterator[Parts]:
+        from normzoo.data import chunks
+        from normzoo.data.sources import _hub_split
+        from normzoo.tasks.classification import corpus, layout
+
+        data = recipe.data
+        if data.source == "builtin":
+            yield corpus.builtin_examples(split, limit)
+        elif data.source == "files":
+            path, start = self.split_files(data, split)[0], 1
+            for lines in chunks.take(chunks.file_lines(path), limit):
+                yield layout.parse_lines(lines, str(path), start)
+                start += len(lines)
+        else:
+            rows = _hub_split(data, split)
+            if limit is not None:
+                rows = rows.select(range(min(limit, len(rows))))
+            yield layout.hub_examples(rows, data.text_field, self.option(recipe, "label_field"))
+
+    def builtin_files(self) -> list[Path]:
+        from normzoo.tasks.classification import corpus
+
+        return [*super().builtin_files(), Path(corpus.__file__)]
+
+    def kept_texts(self, role: str) -> dict[str, str]:
+        return {"label": "label"}  # label names, turned into class indices by the label set
+
+    def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
+        from normzoo.tasks.classification.data import LabelledSentences
+
+        split = getattr(recipe.data, f"{role}_split")
+        return LabelledSentences(prepared.table(role, "text"), prepared.lines(role, "label"),
+                                 self.labels(recipe, prepared), recipe.data.max_len,
+                                 where=f"split '{split}': ")
+
+    def labels(self, recipe: Recipe, prepared: Any) -> list[str]:
+        """The label set: the recipe's, else the training split's labels, sorted."""
+        from normzoo.tasks.classification.layout import label_set
+
+        chosen = self.option(recipe, "labels")
+        return list(chosen) if chosen is not None else label_set(prepared.lines("train",
+                                                                                "label"))
+
+    # -- model ------------------------------------------------------------------------------
+    def resolved(self, recipe: Recipe, datamodule: Any) -> Recipe:
+        """The label set recorded in the run's recipe: the head's size and class order are
+        then the checkpoint's own, whatever data evaluates it later."""
+        labels = self.labels(recipe, datamodule.prepared)
+        options = {**recipe.task_options, "labels": labels}
+        return recipe.model_copy(update={"task_options": options})
+
+    def build_model(self, recipe: Recipe, vocab_size: int) -> Any:
+        """The encoder with a ``classifier`` head (its MLM head stays, frozen and unused: so an
+        MLM run's weights load by name, ``init.from`` with ``init.strict: false``)."""
+        from normzoo.errors import ConfigError, Problem
+        from normzoo.models import assemble
+        from normzoo.tasks.classification.model import ClassifierHead
+
+        labels = self.option(recipe, "labels")
+        if labels is None:
+            raise ConfigError([Problem("task_options.labels", "not resolved: the label set "
+                                       "comes from the training data (a run fills it in)")])
+        model = assemble(recipe.model, vocab_size=vocab_size)
+        # The MLM head is not used: frozen, so no optimizer state is kept for it and a
+        # multi-process run (DDP) finds no parameter without a gradient. The output projection
+        # shares the token embedding where tied, which trains.
+        for unused in (model.head_dense, model.head_norm):
+            unused.requires_grad_(False)
+        if model.output_bias is not None:
+            model.output_bias.requires_grad_(False)
+        if not recipe.model.tie_output:
+            model.output.requires_grad_(False)
+        model.classifier = ClassifierHead(recipe.model.d_model, len(labels),
+                                          self.option(recipe, "pooling"), recipe.model.dropout)
+        return model
+
+    # -- ending -----------------------------------------------------------------------------
+    def final_test(self, recipe: Recipe, module: Any, datamodule: Any, trainer: Any,
+                   training_ended: Callable[[], None]
+                   ) -> tuple[dict[str, float], dict[str, Any]] | None:
+        from normzoo.tasks.testing import test_in_loops
+
+        scores = test_in_loops(recipe, module, datamodule, trainer)
+        training_ended()
+        return scores if trainer.is_global_zero else None
+
+    def report(self, test: dict[str, Any]) -> str:
+        return (f"test accuracy {test['accuracy']:.4f}, macro-F1 {test['macro_f1']:.4f}, "
+                f"loss {test['loss']:.4f} on {test['split']}")
+
+    # -- afterwards -------------------------------------------------------------------------
+    def evaluate(self, loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any],
+                                                                       list[str]]:
+        from normzoo.tasks.classification.evaluate import evaluate
+
+        return evaluate(self, loaded, request)
+
+    def card(self, recipe: Recipe, hf: Any | None) -> Card:
+        labels = ", ".join(self.option(recipe, "labels") or [])
+        return Card(tag="text-classification", data_note=f"; labels: {labels}",
+                    python="model.model  # the torch module; its head is model.model.classifier")

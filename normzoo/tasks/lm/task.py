@@ -1,0 +1,140 @@
+"""Language modelling: masked (BERT-style) on an encoder, causal (GPT-style) on a decoder. Both
+read monolingual lines, may stream them, and are scored by their loss."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
+
+if TYPE_CHECKING:
+    from normzoo.data.tokenizer import Tokenizer
+    from normzoo.recipe import Recipe
+
+
+class _LanguageModel(Task):
+    """What both language models share: lines in, the loss (and a metric) out."""
+
+    kind = "a language model"
+    streams = True
+    evaluate_options: ClassVar[frozenset[str]] = frozenset({"--src"})
+
+    def final_test(self, recipe: Recipe, module: Any, datamodule: Any, trainer: Any,
+                   training_ended: Callable[[], None]
+                   ) -> tuple[dict[str, float], dict[str, Any]] | None:
+        """Every process takes part (:func:`~normzoo.tasks.testing.test_in_loops`), and the
+        time counts as training's."""
+        from normzoo.tasks.testing import test_in_loops
+
+        scores = test_in_loops(recipe, module, datamodule, trainer)
+        training_ended()
+        return scores if trainer.is_global_zero else None
+
+    def report(self, test: dict[str, Any]) -> str:
+        scores = [f"loss {test['loss']:.4f}"]
+        if "ppl" in test:
+            scores.append(f"perplexity {test['ppl']:.2f}")
+        if "mlm_acc" in test:
+            scores.append(f"MLM accuracy {test['mlm_acc']:.4f}")
+        return f"test {', '.join(scores)} on {test['split']}"
+
+    def evaluate(self, loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any],
+                                                                       list[str]]:
+        from normzoo.data.sources import load_text, read_lines
+        from normzoo.tasks.lm.evaluate import language_model_metrics
+
+        src = request.src
+        lines = read_lines(src) if src is not None else load_text(loaded.recipe.data,
+                                                                   request.split)
+        result = {"checkpoint": request.checkpoint, "split": str(src or request.split),
+                  **language_model_metrics(loaded, lines, request.batch_tokens,
+                                           masked=self._masked)}
+        return result, ["  ".join(f"{k}={v}" for k, v in result.items())]
+
+    _masked: ClassVar[bool] = False
+
+    def _stream_collate(self, datamodule: Any) -> Callable:
+        raise NotImplementedError
+
+    def streaming_loader(self, datamodule: Any) -> Any:
+        """Token-budget batches of the streamed training split
+        (:class:`~normzoo.tasks.lm.streaming.StreamingBatches`)."""
+        from normzoo.data.prepare import stream_rows
+        from normzoo.tasks.lm.streaming import StreamingBatches, StreamingLoader
+
+        recipe, data = datamodule.recipe, datamodule.recipe.data
+        rank, world = datamodule.world()
+        batches = StreamingBatches(
+            stream_rows(recipe), task=self.name, encode=datamodule.tokenizer.encode_batch,
+            max_len=data.max_len, max_tokens=data.max_tokens, seed=recipe.seed,
+            buffer_size=data.shuffle_buffer, text_field=data.text_field,
+            rank=rank, world_size=world, ladder=datamodule.ladder)
+        return StreamingLoader(batches, self._stream_collate(datamodule),
+                               num_workers=datamodule.workers,
+                               pin_memory=datamodule.on_cuda())
+
+
+class MaskedLM(_LanguageModel):
+    """Masked LM (BERT-style) on an encoder: loss and accuracy on the masked tokens."""
+
+    name = "mlm"
+    family = "encoder"
+    module_path = "normzoo.tasks.lm.module:MaskedLMTask"
+    _masked = True
+
+    def dropped(self, lengths: Sequence[Any], max_len: int, role: str) -> dict[str, int] | None:
+        return {"empty after tokenization": int((lengths[0] == 0).sum())}
+
+    def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
+        from normzoo.data.examples import SentenceData
+
+        data = recipe.data
+        return SentenceData(prepared.table(role, "text"), data.max_len, tokenizer.vocab_size,
+                            data.mask_prob, mask_seed=None if role == "train" else recipe.seed)
+
+    def _stream_collate(self, datamodule: Any) -> Callable:
+        from normzoo.data.examples import mask_tokens, pad
+
+        vocab, prob = datamodule.tokenizer.vocab_size, datamodule.recipe.data.mask_prob
+        return lambda rows, length: mask_tokens(pad(rows, length=length), vocab, prob, None)
+
+    def card(self, recipe: Recipe, hf: Any | None) -> Card:
+        return Card(tag="fill-mask", transformers=(
+            'inputs = tokenizer(["A man is <mask> a bike."], return_tensors="pt")',
+            "logits = model(**inputs).logits"))
+
+
+class CausalLM(_LanguageModel):
+    """Causal LM (GPT-style) on a decoder: loss and perplexity of the next token."""
+
+    name = "causal_lm"
+    family = "decoder"
+    module_path = "normzoo.tasks.lm.module:CausalLMTask"
+
+    def encode(self, parts: Parts, tokenizer: Tokenizer) -> list[list[list[int]]]:
+        from normzoo.data.tokenizer import EOS
+
+        # The stream: every line followed by EOS.
+        return [[[*ids, EOS] for ids in tokenizer.encode_batch(parts[0])]]
+
+    def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
+        from normzoo.data.examples import BlockData
+
+        return BlockData(prepared.table(role, "text").tokens, recipe.data.max_len)
+
+    def _stream_collate(self, datamodule: Any) -> Callable:
+        from normzoo.data.examples import collate_blocks
+
+        return collate_blocks
+
+    def card(self, recipe: Recipe, hf: Any | None) -> Card:
+        return Card(
+            tag="text-generation",
+            python='model.generate(["Once upon a time"], max_new_tokens=20)',
+            command="generate",
+            transformers=('inputs = tokenizer(["Once upon a time", "The"], return_tensors="pt",',
+                          "                   padding=True)  # on the left",
+                          "out = model.generate(**inputs, do_sample=False, max_new_tokens=20)",
+                          "new = out[:, inputs['input_ids'].shape[1]:]",
+                          "print(tokenizer.batch_decode(new, skip_special_tokens=True))"))

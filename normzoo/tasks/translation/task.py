@@ -1,0 +1,103 @@
+"""Translation on an encoder-decoder: parallel text in, BLEU and chrF (sacreBLEU) out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
+
+if TYPE_CHECKING:
+    from normzoo.data.tokenizer import Tokenizer
+    from normzoo.recipe import Recipe
+    from normzoo.recipe.data import DataConfig
+
+
+class Translation(Task):
+    """Translation on an encoder-decoder: label-smoothed cross-entropy, validation and test BLEU."""
+
+    name = "translation"
+    family = "encoder_decoder"
+    kind = "a translation model"
+    module_path = "normzoo.tasks.translation.module:TranslationTask"
+    parts = ("src", "tgt")
+    token_parts = ("src", "tgt")
+    unit = "pairs"
+    monitor = ("val/bleu", "max")
+    evaluate_options: ClassVar[frozenset[str]] = frozenset(
+        {"--beam", "--lenpen", "--bf16", "--hyps", "--ref", "--force"})
+    compared_by = "hypotheses"
+
+    def monitored(self, recipe: Recipe) -> tuple[str, str]:
+        """BLEU where validation decodes it (``eval.valid_bleu``), else the validation loss."""
+        return self.monitor if recipe.eval.valid_bleu else ("val/loss", "min")
+
+    def decodes_in_validation(self, recipe: dict[str, Any]) -> bool:
+        return bool((recipe.get("eval") or {}).get("valid_bleu", True))
+
+    # -- data -------------------------------------------------------------------------------
+    def split_files(self, data: DataConfig, split: str) -> list[Path]:
+        folder = Path(data.dir or "")
+        return [folder / f"{split}.{data.src_lang}", folder / f"{split}.{data.tgt_lang}"]
+
+    def read(self, recipe: Recipe, split: str, limit: int | None) -> Iterator[Parts]:
+        from normzoo.data import chunks
+
+        data = recipe.data
+        files = self.split_files(data, split) if data.source == "files" else None
+        yield from chunks.parallel_chunks(data, split, limit, files=files)
+
+    def kept_texts(self, role: str) -> dict[str, str]:
+        # The final test scores raw references, and compares with copying the raw sources.
+        return {} if role == "train" else {"src": "src", "ref": "tgt"}
+
+    def dropped(self, lengths: Sequence[Any], max_len: int, role: str) -> dict[str, int] | None:
+        if role != "train":
+            return None
+        return {f"longer than data.max_len={max_len}":
+                int(((lengths[0] >= max_len) | (lengths[1] >= max_len)).sum())}
+
+    def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
+        from normzoo.data.examples import ParallelData
+
+        return ParallelData(prepared.table(role, "src"), prepared.table(role, "tgt"),
+                            recipe.data.max_len, drop_long=role == "train")
+
+    # -- model and ending -------------------------------------------------------------------
+    def connect(self, module: Any, datamodule: Any) -> None:
+        module.valid_references = datamodule.references["valid"]
+
+    def final_test(self, recipe: Recipe, module: Any, datamodule: Any, trainer: Any,
+                   training_ended: Callable[[], None]
+                   ) -> tuple[dict[str, float], dict[str, Any]] | None:
+        """Decoded by rank 0 alone, after training time ends (:mod:`.final_test`)."""
+        from normzoo.tasks.translation.final_test import test_translation, validation_scores
+
+        training_ended()
+        if not trainer.is_global_zero:
+            return None
+        validation = validation_scores(trainer)
+        return validation, test_translation(recipe, module, datamodule, trainer)
+
+    def report(self, test: dict[str, Any]) -> str:
+        return (f"test BLEU {test['bleu']:.2f} on {test['split']} ({test['sentences']} "
+                f"sentences; copying the source scores {test['copy_source_bleu']:.2f})  "
+                f"{test['signature']}")
+
+    # -- afterwards -------------------------------------------------------------------------
+    def evaluate(self, loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any],
+                                                                       list[str]]:
+        from normzoo.tasks.translation.evaluate import evaluate
+
+        return evaluate(loaded, request)
+
+    def card(self, recipe: Recipe, hf: Any | None) -> Card:
+        data = recipe.data
+        return Card(
+            tag="translation", data_note=f", {data.src_lang}→{data.tgt_lang}",
+            python='model.translate(["A man is riding a bike."])', command="translate",
+            transformers=('inputs = tokenizer(["A man is riding a bike.", "Two dogs play."],',
+                          '                   return_tensors="pt", padding=True)',
+                          "out = model.generate(**inputs, num_beams=1)",
+                          "print(tokenizer.batch_decode(out, skip_special_tokens=True))"))
