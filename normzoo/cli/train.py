@@ -47,11 +47,12 @@ def train(
         training.run_dir / "summary.json"
     with work_done(f"the run had completed ({path})", training.late_signal):
         if summary is not None:
-            _report(summary)
+            _report(summary, training.recipe.task)
 
 
-def _report(summary: dict[str, Any]) -> None:
-    """The lines a completed run ends with: its summary, its test score, its folder."""
+def _report(summary: dict[str, Any], task: str) -> None:
+    """The lines a completed run ends with: its summary, its test score (as ``task`` words
+    it), its folder. A summary written before it recorded its task is reported alike."""
     if sys.stdout.isatty():
         typer.echo(json.dumps(summary, indent=2))
     else:  # a log file keeps to plain lines; the summary is one file away
@@ -60,5 +61,5 @@ def _report(summary: dict[str, Any]) -> None:
     if summary.get("test"):  # the task says its own scores (Task.report)
         from normzoo.tasks import task_of
 
-        typer.secho(task_of(summary["task"]).report(summary["test"]), bold=True)
+        typer.secho(task_of(task).report(summary["test"]), bold=True)
     typer.echo(f"run directory: {summary['run_dir']}")

@@ -25,6 +25,9 @@ SEEDS = (1, 2, 3)
 SIDES = ("random", "mlm")
 # The two arms: the recipe's 4,000 labelled sentences, and 400 of them (run.sh's "small").
 ARMS = {"": "the recipe's labelled sentences", "small-": "a tenth of them"}
+# The code the runs trained with: a snapshot of the working tree just before this commit (the
+# classifier's training path is the same at it: it froze the MLM head no gradient reached).
+RUN_AT = "b8e56d0"
 METRICS = (("accuracy", "test accuracy", "higher"), ("macro_f1", "test macro-F1", "higher"),
            ("loss", "test loss (nats)", "lower"))
 
@@ -122,7 +125,8 @@ def render() -> str:
              "them (that second arm was added after the first arm's result was seen). "
              "`studies/classify_init/run.sh` ran them, one torch thread each, on "
              f"{machine.get('cpu', 'a CPU')} ({machine.get('torch', '')}), its other core "
-             "running the test suite (so the wall times are loaded ones); the judgement is "
+             "running the test suite (so the wall times are loaded ones), from a clone of "
+             f"the code as it stood just before commit {RUN_AT}; the judgement is "
              "`normzoo compare`'s rule: three seeds a side, the paired t-test below 0.05.", ""]
     for arm in ARMS:
         lines += _arm(arm)
