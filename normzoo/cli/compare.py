@@ -40,7 +40,8 @@ def compare(
     Says which setting scores higher, and whether that is shown. Translation: a t-test on the
     runs' BLEU (the seeds' noise; paired when both sides ran the same seeds, else Welch's) and
     the hierarchical bootstrap of their translations (seeds, then sentences) both below 0.05.
-    Language models: the t-test on the runs' test loss below 0.05. Either with three runs a
+    Language models: the t-test on the runs' test loss below 0.05 (a classifier: on its test
+    accuracy). Either with three runs a
     side or more, one precision and one device kind; otherwise a difference is at most
     indicated. Runs of a side with identical translations (or test losses) are refused. A
     difference not shown is no finding of equality: --margin M tests that (two one-sided
@@ -57,5 +58,6 @@ def compare(
         return
     from normzoo.sweep.lm_comparison import compare_lm_runs, format_lm_comparison, lm_json
 
-    result = compare_lm_runs(baseline, system, margin)
+    result = compare_lm_runs(baseline, system, margin,
+                             task_of(run_task([*baseline, *system])).compared_score)
     typer.echo(lm_json(result) if as_json else format_lm_comparison(result))

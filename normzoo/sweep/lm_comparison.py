@@ -17,25 +17,33 @@ from typing import Any
 
 from normzoo.sweep.compare import CompareError
 
+# The score a task's runs are compared on (Task.compared_score): the test loss unless it says.
+LOSS = ("loss", "min", "nats/token")
 
-def _test_loss(run_dir: Path) -> tuple[float, str]:
-    """The run's test loss (nats per token) and the split it was measured on."""
+
+def _test_score(run_dir: Path, key: str = "loss") -> tuple[float, str]:
+    """The run's test score ``key`` (its loss: nats per token) and the split it was measured
+    on."""
     summary_file = run_dir / "summary.json"
     try:
         test = json.loads(summary_file.read_text(encoding="utf-8")).get("test") or {}
     except (OSError, json.JSONDecodeError, AttributeError):
         test = {}
-    if not isinstance(test.get("loss"), (int, float)):
-        raise CompareError(f"{run_dir} has no test loss in summary.json: the run has not "
+    if not isinstance(test.get(key), (int, float)):
+        raise CompareError(f"{run_dir} has no test {key} in summary.json: the run has not "
                            "finished its final test")
-    return float(test["loss"]), str(test.get("split"))
+    return float(test[key]), str(test.get("split"))
 
 
 def compare_lm_runs(baselines: list[Path], systems: list[Path],
-                    margin: float | None = None) -> dict[str, Any]:
-    """Compare language-model ``systems`` with ``baselines`` (one run per seed a side): each
-    run's test loss and precision, the seeds' t-test (paired where the seeds match) and the
-    verdict; with a ``margin`` (nats/token), whether the two are equal within it."""
+                    margin: float | None = None,
+                    score: tuple[str, str, str] = LOSS) -> dict[str, Any]:
+    """Compare ``systems`` with ``baselines`` (one run per seed a side) on a test score the
+    runs' summaries hold (``score``: its key, ``min`` or ``max`` for which is better, and its
+    unit; a language model's test loss by default): each run's score and precision, the seeds'
+    t-test (paired where the seeds match) and the verdict; with a ``margin`` (in the score's
+    unit), whether the two are equal within it."""
+    key, mode, unit = score
     from normzoo.sweep.compare import run_recipe
 
     recipes = {"baseline": [run_recipe(d) for d in baselines],
@@ -49,12 +57,14 @@ def compare_lm_runs(baselines: list[Path], systems: list[Path],
     )
     from normzoo.sweep.significance import judge, same_seeds, seed_order, seed_test, welch_p
 
-    found = {"baseline": [_test_loss(d) for d in baselines],
-             "system": [_test_loss(d) for d in systems]}
+    found = {"baseline": [_test_score(d, key) for d in baselines],
+             "system": [_test_score(d, key) for d in systems]}
     seeds = {side: [recipe.get("seed") for recipe in recipes[side]] for side in recipes}
     for side, dirs in (("baseline", baselines), ("system", systems)):
         refuse_repeats(side, dirs, seeds[side])
-        refuse_copies(side, dirs, [loss for loss, _ in found[side]], "test losses")
+        # A copy is told by the test loss, which two distinct runs do not share (a count such
+        # as an accuracy over 500 sentences may well be equal).
+        refuse_copies(side, dirs, [_test_score(d, "loss")[0] for d in dirs], "test losses")
     split = found["baseline"][0][1]
     for side, dirs in (("baseline", baselines), ("system", systems)):
         for run_dir, (_, run_split) in zip(dirs, found[side], strict=True):
@@ -77,7 +87,8 @@ def compare_lm_runs(baselines: list[Path], systems: list[Path],
     return {"task": recipes["baseline"][0].get("task"), "split": split,
             "baselines": [str(p) for p in dirs["baseline"]],
             "systems": [str(p) for p in dirs["system"]],
-            "baseline_seed_loss": loss["baseline"], "system_seed_loss": loss["system"],
+            "score": key, "better": "lower" if mode == "min" else "higher", "unit": unit,
+            f"baseline_seed_{key}": loss["baseline"], f"system_seed_{key}": loss["system"],
             "baseline_precision": precision["baseline"],
             "system_precision": precision["system"],
             "baseline_device": device["baseline"], "system_device": device["system"],
@@ -89,41 +100,46 @@ def compare_lm_runs(baselines: list[Path], systems: list[Path],
 
 
 def lm_json(result: dict[str, Any]) -> str:
-    difference, lower = lm_direction(result)
-    return json.dumps({**result, "difference": difference, "better": lower}, indent=2)
+    difference, better = lm_direction(result)
+    return json.dumps({**result, "difference": difference, "better": better}, indent=2)
 
 
 def lm_direction(result: dict[str, Any]) -> tuple[float, str | None]:
-    """The system's mean test loss minus the baseline's, and which of the two is lower (better;
-    None: equal)."""
+    """The system's mean test score minus the baseline's, and which of the two is better (the
+    lower loss, the higher accuracy; None: equal)."""
     from normzoo.sweep.significance import mean_sd
 
-    difference = (mean_sd(result["system_seed_loss"])[0]
-                  - mean_sd(result["baseline_seed_loss"])[0])
-    return difference, "system" if difference < 0 else "baseline" if difference > 0 else None
+    key = result.get("score", "loss")
+    difference = (mean_sd(result[f"system_seed_{key}"])[0]
+                  - mean_sd(result[f"baseline_seed_{key}"])[0])
+    lower = -difference if result.get("better", "lower") == "higher" else difference
+    return difference, "system" if lower < 0 else "baseline" if lower > 0 else None
 
 
 def format_lm_comparison(result: dict[str, Any]) -> str:
     from normzoo.sweep.compare import difference_notes, kinds, seed_line
     from normzoo.sweep.significance import equivalence_line, mean_sd
 
+    key, unit = result.get("score", "loss"), result.get("unit", "nats/token")
+    per = f" {unit}" if unit else ""
     lines = []
     for side in ("baseline", "system"):
-        losses = result[f"{side}_seed_loss"]
-        mean, sd = mean_sd(losses)
-        runs = "1 run" if len(losses) == 1 else f"{len(losses)} runs"
-        spread = (f" ± {sd:.4f} ({', '.join(f'{v:.4f}' for v in losses)})"
-                  if len(losses) > 1 else "")
-        lines.append(f"{side}: {runs}, test loss {mean:.4f}{spread} nats/token on "
+        values = result[f"{side}_seed_{key}"]
+        mean, sd = mean_sd(values)
+        runs = "1 run" if len(values) == 1 else f"{len(values)} runs"
+        spread = (f" ± {sd:.4f} ({', '.join(f'{v:.4f}' for v in values)})"
+                  if len(values) > 1 else "")
+        lines.append(f"{side}: {runs}, test {key} {mean:.4f}{spread}{per} on "
                      f"{result['split']}, "
                      f"{kinds(result[f'{side}_precision'], result[f'{side}_device'])}")
     lines += difference_notes(result)
-    difference, lower = lm_direction(result)
-    lines.append(f"the {lower} has the lower test loss: the system is {difference:+.4f} "
-                 "nats/token" if lower else "the same test loss: neither is lower")
-    lines.append(seed_line(result, "test loss", digits=4))
+    difference, better = lm_direction(result)
+    word = result.get("better", "lower")
+    lines.append(f"the {better} has the {word} test {key}: the system is {difference:+.4f}"
+                 f"{per}" if better else f"the same test {key}: neither is {word}")
+    lines.append(seed_line(result, f"test {key}", digits=4))
     lines.append(f"{result['verdict']}: {result['reason']}")
     equal = equivalence_line(
-        result, "nats/token", {*result["baseline_precision"], *result["system_precision"]} - {""},
-        {*result["baseline_device"], *result["system_device"]} - {""})
+        result, unit or key, {*result["baseline_precision"], *result["system_precision"]}
+        - {""}, {*result["baseline_device"], *result["system_device"]} - {""})
     return "\n".join([*lines, equal] if equal else lines)

@@ -248,8 +248,8 @@ def equivalence_line(result: dict[str, Any], unit: str, precisions: Collection[s
             "open; --margin M tests whether the two are equal within ± M")
     if p is None:
         return f"equal within ± {margin:g} {unit}: nothing to test (no spread, or one run a side)"
-    seeds = min(len(v) for k, v in result.items() if k.endswith("_seed_bleu")
-                or k.endswith("_seed_loss"))
+    seeds = min(len(v) for k, v in result.items()
+                if k.startswith(("baseline_seed_", "system_seed_")) and isinstance(v, list))
     label = equivalence_verdict(p, seeds, precisions, devices)
     return (f"equal within ± {margin:g} {unit}: {label} (two one-sided tests, "
             f"{'paired t' if result['paired'] else 'Welch'}, p = {p_text(p)})")

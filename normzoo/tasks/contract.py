@@ -99,8 +99,12 @@ class Task:
     #: The ``normzoo evaluate`` options it reads besides the split (others are refused).
     evaluate_options: ClassVar[frozenset[str]] = frozenset()
     #: How ``normzoo compare`` judges two sets of its runs: ``hypotheses`` (BLEU and the
-    #: bootstrap over sentences) or ``test_loss`` (the t-test over the seeds' test loss).
+    #: bootstrap over sentences) or ``test_loss`` (the t-test over the seeds' test scores,
+    #: :attr:`compared_score`).
     compared_by: ClassVar[str] = "test_loss"
+    #: With ``compared_by = "test_loss"``: the ``summary.json`` test score compared, ``min`` or
+    #: ``max`` for which is better, and its unit (the loss in nats per token by default).
+    compared_score: ClassVar[tuple[str, str, str]] = ("loss", "min", "nats/token")
     #: Why ``normzoo export --format hf`` cannot map this task's models (None: the model
     #: family's mapping applies).
     hf_unmapped: ClassVar[str | None] = None

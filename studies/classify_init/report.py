@@ -103,8 +103,9 @@ def _arm(arm: str) -> list[str]:
     lines += [f"- {label}: {verdict.label}: {verdict.reason}." for label, verdict in verdicts]
     command = " ".join([*(f"-b docs/study-classify/data/random-{arm}{s}" for s in SEEDS),
                         *(f"-s docs/study-classify/data/mlm-{arm}{s}" for s in SEEDS)])
-    return [*lines, "", "The test loss's comparison from the command line (the collected folders "
-            "are run directories as far as it reads them):", "", "```",
+    return [*lines, "", "From the command line (`normzoo compare` judges a classifier by its "
+            "test accuracy; the collected folders are run directories as far as it reads them):",
+            "", "```",
             f"normzoo compare {command}", "```", ""]
 
 

@@ -30,6 +30,7 @@ class Classification(Task):
     unit = "sentences"
     monitor = ("val/accuracy", "max")
     evaluate_options: ClassVar[frozenset[str]] = frozenset({"--src"})
+    compared_score = ("accuracy", "max", "")  # normzoo compare judges the test accuracy
     hf_unmapped = ("a classifier's head (normzoo's pooled token, dense, tanh and linear) is not "
                    "mapped to a transformers architecture; the default export (safetensors) "
                    "keeps it, for normzoo.load and normzoo evaluate")
