@@ -53,6 +53,7 @@ class FakeDists:
         importlib.invalidate_caches()
         registry.norms.refresh()
         registry.residuals.refresh()
+        registry.tasks.refresh()
 
     def restore(self) -> None:
         for folder in self.active:
@@ -65,6 +66,7 @@ class FakeDists:
         importlib.invalidate_caches()
         registry.norms.refresh()
         registry.residuals.refresh()
+        registry.tasks.refresh()
 
 
 @pytest.fixture

@@ -241,3 +241,55 @@ def test_compare_judges_classifiers_on_their_test_accuracy():
     assert found["verdict"] == "not shown"
     text = CliRunner().invoke(app, args[:-1]).output
     assert "the system has the higher test accuracy: the system is +0.0913" in text
+
+
+LENGTH_TASK = '''
+from normzoo.tasks.classification.task import Classification
+
+
+class SentenceLength(Classification):
+    """Short or long: a third party's task, a classifier of its own corpus's sentences."""
+
+    name = "nz_length"
+
+    def read(self, recipe, split, limit):
+        from normzoo.data import builtin
+
+        texts = [source for source, _ in builtin.generate(split, size=limit)]
+        yield texts, ["long" if len(t.split()) > 8 else "short" for t in texts]
+
+    def builtin_files(self):
+        from pathlib import Path
+
+        return [*super().builtin_files(), Path(__file__)]
+'''
+
+
+def test_a_third_partys_task_trains_is_listed_and_named_once_missing(
+        fake_dists, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A task from another distribution, one entry point: listed by ``normzoo list tasks``,
+    trained from a recipe, recorded in the checkpoint; uninstalled, ``evaluate`` names the
+    distribution to install."""
+    dist, version = "nz-length-task", "1.2"
+    fake_dists.activate(fake_dists.write(
+        dist, version, {"normzoo.tasks": {"nz_length": "nz_length:SentenceLength"}},
+        {"nz_length": LENGTH_TASK}))
+    listed = CliRunner().invoke(app, ["list", "tasks"])
+    assert f"nz_length       {dist} {version}  Short or long" in listed.output
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    recipe = _recipe(tmp_path, task="nz_length", data={"source": "builtin", "train_limit": 200,
+                                                       "valid_limit": 40},
+                     trainer={"max_steps": 3, "val_every_steps": 3})
+    summary = train.run(from_dict(recipe), "length.yaml")
+    assert summary["task"] == "nz_length" and 0 <= summary["test"]["accuracy"] <= 1
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    import torch
+
+    record = {"kind": "task", "name": "nz_length", "distribution": dist, "version": version}
+    assert record in torch.load(checkpoint, weights_only=True)["normzoo"]["plugins"]
+    assert CliRunner().invoke(app, ["evaluate", str(checkpoint)]).exit_code == 0
+    fake_dists.restore()  # uninstalled
+    result = CliRunner().invoke(app, ["evaluate", str(checkpoint)])
+    assert result.exit_code == 2, result.output
+    assert f"task 'nz_length' from the distribution '{dist}'" in result.output
+    assert f"pip install '{dist}=={version}'" in result.output

@@ -54,6 +54,7 @@ __all__ = [
     "pinned",
     "plugin_provenance",
     "residuals",
+    "task_provenance",
     "tasks",
 ]
 
@@ -239,8 +240,16 @@ tasks = Registry(TASKS_GROUP, "task")
 
 
 def of_kind(kind: str) -> Registry:
-    """The registry for a checkpoint's plugin ``kind`` (``norm`` or ``residual``)."""
-    return norms if kind == "norm" else residuals
+    """The registry for a checkpoint's plugin ``kind`` (``norm``, ``residual`` or ``task``)."""
+    return {"norm": norms, "task": tasks}.get(kind, residuals)
+
+
+def task_provenance(name: str) -> list[dict[str, str]]:
+    """What a checkpoint records about the task that trained it, where a plugin provides it
+    (its model is the task's ``build_model``'s), so that a missing task plugin is named with
+    its distribution on load; nothing for normzoo's own tasks, which come with normzoo."""
+    info = tasks.info(name)
+    return [] if is_builtin(info) else [{"kind": "task", **info.as_dict()}]
 
 
 @contextmanager

@@ -8,7 +8,7 @@ Training, validation, diagnostics and the divergence guard use nothing else.
 
 A checkpoint holds only plain data (dicts, strings, tensors) so that it loads with
 ``torch.load(weights_only=True)``: the resolved recipe, the tokenizer as JSON, and the plugins
-(name, distribution, version) that built the model.
+(name, distribution, version) that built the model, a task plugin's included.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import rank_zero_info
 
-from normzoo import __version__
+from normzoo import __version__, registry
 from normzoo.checkpoints import rng_state as rng
 from normzoo.data.shapes import ladder_rungs
 from normzoo.nn.token_loss import LossTerms
@@ -289,7 +289,7 @@ class NormzooTask(L.LightningModule):
             "version": __version__,
             "recipe": self.recipe.to_dict(),
             "tokenizer": self.tokenizer_json,
-            "plugins": self.model.plugins,
+            "plugins": [*self.model.plugins, *registry.task_provenance(self.recipe.task)],
             "rng": self._per_rank(rng.capture()),
             # The loss window train/loss is the mean of: a resumed run logs the same value.
             "loss_window": self._per_rank([t.detach().cpu() for t in self._interval]),
