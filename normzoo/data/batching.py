@@ -34,12 +34,14 @@ from normzoo.data.shapes import LengthLadder, ShapeCount, count_shapes, rows_per
 
 
 class ShapedBatch(list):
-    """A batch's indices, and ``length``: the length every side of it is padded to (0: each
-    side to its own longest example)."""
+    """A batch's indices, ``length``: the length every side of it is padded to (0: each side
+    to its own longest example), and the ``epoch`` it belongs to (what a masked LM's training
+    masks are drawn from, in whichever process collates the batch)."""
 
-    def __init__(self, items, length: int = 0) -> None:
+    def __init__(self, items, length: int = 0, epoch: int = 0) -> None:
         super().__init__(items)
         self.length = length
+        self.epoch = epoch
 
 
 def pack(
@@ -132,7 +134,7 @@ def token_budget_batches(
     longer than ``max_tokens``."""
     order, bounds, padded = pack(lengths, max_tokens, seed=seed, epoch=epoch, shuffle=shuffle,
                                  shards=shards, ladder=ladder)
-    return [ShapedBatch(order[bounds[b] : bounds[b + 1]].tolist(), int(padded[b]))
+    return [ShapedBatch(order[bounds[b] : bounds[b + 1]].tolist(), int(padded[b]), epoch)
             for b in range(len(bounds) - 1)]
 
 
@@ -182,18 +184,19 @@ class TokenBudgetSampler(Sampler[list[int]]):
             ))
         return self._cached[1]
 
-    def _share(self, batch: np.ndarray, length: int) -> ShapedBatch:
+    def _share(self, batch: np.ndarray, length: int, epoch: int) -> ShapedBatch:
         if self.world_size > 1:
             batch = (batch[self.rank :: self.world_size] if len(batch) > self.rank
                      else batch[[self.rank % len(batch)]])
-        return ShapedBatch(batch.tolist(), int(length))
+        return ShapedBatch(batch.tolist(), int(length), epoch)
 
     def __iter__(self) -> Iterator[list[int]]:
         # The skip stays until the epoch changes or resume_done(): a multi-process DataLoader
         # iterates its batch sampler twice while it starts.
         # Read now, not when the first batch is drawn: resume_done() may reset it in between.
         order, bounds, padded = self._packed()
-        return (self._share(order[bounds[b] : bounds[b + 1]], padded[b])
+        epoch = self.epoch
+        return (self._share(order[bounds[b] : bounds[b + 1]], padded[b], epoch)
                 for b in range(self._skip, len(bounds) - 1))
 
     def resume_done(self) -> None:

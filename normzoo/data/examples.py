@@ -134,13 +134,17 @@ class SentenceData(_Indexed):
     With ``mask_seed`` set (validation, test, evaluation), each sentence's masks depend only on
     the seed and the sentence's line number, not on the batch it falls in (token budget, number
     of processes), so the metric compares checkpoints on the same masked tokens every time and
-    ``normzoo evaluate`` scores what the run's final test scored.
+    ``normzoo evaluate`` scores what the run's final test scored. With ``epoch_masks`` as well
+    (training), each epoch masks anew (:func:`epoch_seed` of the batch's ``epoch``), the same in
+    a loader worker as in the training process, so a resumed run trains on the masks an
+    uninterrupted one did. Without ``mask_seed``, torch's global generator draws them.
     """
 
     def __init__(self, lines: TokenTable, max_len: int, vocab_size: int, mask_prob: float,
-                 mask_seed: int | None = None) -> None:
+                 mask_seed: int | None = None, epoch_masks: bool = False) -> None:
         self.lines, self.max_len = lines, max_len
         self.vocab_size, self.mask_prob, self.mask_seed = vocab_size, mask_prob, mask_seed
+        self.epoch_masks = epoch_masks
         lengths = lines.lengths()
         self.keep = np.flatnonzero(lengths > 0)
         self._lengths = np.minimum(lengths[self.keep], max_len - 2) + 2
@@ -165,9 +169,12 @@ class SentenceData(_Indexed):
                 for i in items]
 
     def collate(self, items: Sequence[int]) -> dict[str, torch.Tensor]:
+        seed = self.mask_seed
+        if seed is not None and self.epoch_masks:  # training: new masks every epoch
+            seed = epoch_seed(seed, getattr(items, "epoch", 0))
         return mask_tokens(pad(self.rows(items), length=getattr(items, "length", 0)),
                            self.vocab_size, self.mask_prob,
-                           self.mask_seed, lines=self.keep[np.asarray(items, dtype=np.int64)])
+                           seed, lines=self.keep[np.asarray(items, dtype=np.int64)])
 
 
 # SplitMix64's increment and multipliers (Steele et al. 2014), for the seeded masks.
@@ -181,6 +188,16 @@ def _mix(z: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The mask seed of a training epoch: a hash of the run's seed and the epoch, so each epoch
+    masks each sentence anew, and the masks are the same in a worker process, the training
+    process or a resumed run."""
+    with np.errstate(over="ignore"):
+        mixed = _mix(np.array([seed % 2**64], dtype=np.uint64)
+                     + np.uint64(epoch + 1) * _GOLDEN)
+    return int(mixed[0])
 
 
 def _hashed_uniforms(seed: int, stream: int, lines: np.ndarray, width: int) -> torch.Tensor:

@@ -21,6 +21,7 @@ remain, but an unlocked file locks nothing.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fcntl
 import json
@@ -53,8 +54,26 @@ def _holder(path: Path) -> str:
         return "another process"
 
 
+# The descriptors of the run locks this process holds. A forked child (a DataLoader worker)
+# closes its copies at once: a flock belongs to the open file, so a worker that outlives a
+# SIGKILLed run (it notices its parent is gone only seconds later) would otherwise keep the run
+# locked, and the resume that follows would be refused, naming the dead process.
+_HELD: set[int] = set()
+
+
+def _close_held_in_child() -> None:
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
+
+
 class RunLock:
-    """Exclusive, non-blocking lock on a run directory, held until :meth:`release` or exit."""
+    """Exclusive, non-blocking lock on a run directory, held until :meth:`release` or exit (by
+    this process alone: forked children let go of it, :data:`_HELD`)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
@@ -83,6 +102,7 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode("utf-8"), 0)
         self._fd = fd
+        _HELD.add(fd)
         return self
 
     def release(self, *, remove_dir_if_empty: bool = False) -> None:
@@ -98,6 +118,7 @@ class RunLock:
                     folder.rmdir()
                 except OSError:  # something else was put there meanwhile: keep it
                     break
+        _HELD.discard(self._fd)
         os.close(self._fd)  # closing the descriptor releases the flock
         self._fd = None
 

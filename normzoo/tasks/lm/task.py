@@ -90,8 +90,10 @@ class MaskedLM(_LanguageModel):
         from normzoo.data.examples import SentenceData
 
         data = recipe.data
+        # Seeded masks: validation and test mask each sentence the same way every time; the
+        # training split anew each epoch (SentenceData.epoch_masks), whichever process collates.
         return SentenceData(prepared.table(role, "text"), data.max_len, tokenizer.vocab_size,
-                            data.mask_prob, mask_seed=None if role == "train" else recipe.seed)
+                            data.mask_prob, mask_seed=recipe.seed, epoch_masks=role == "train")
 
     def _stream_collate(self, datamodule: Any) -> Callable:
         from normzoo.data.examples import mask_tokens, pad
