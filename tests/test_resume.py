@@ -315,6 +315,18 @@ def test_resume_refuses_a_damaged_checkpoint_cleanly(workdir, tmp_path, content)
     assert "damaged.ckpt" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_resume_from_a_folder_that_is_no_checkpoint_says_so(workdir, tmp_path):
+    """A folder given to --resume is read as a sharded (FSDP) checkpoint; one without its
+    meta.pt is named as not one, with what to give instead."""
+    folder = tmp_path / "a-run-folder"
+    folder.mkdir()
+    result = normzoo(["train", "tiny.yaml", f"run.dir={tmp_path / 'run'}", "--resume",
+                      str(folder)], workdir)
+    assert result.returncode == 2, result.stderr
+    assert f"--resume {folder} is a folder but not a sharded (FSDP) checkpoint" in result.stderr
+    assert "meta.pt: " not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_mixed_precision_trains_with_gradient_clipping(workdir):
     result = normzoo(["train", "tiny.yaml", "run.dir=runs/bf16", "trainer.precision=bf16-mixed",
                       "optim.clip_norm=1.0", "trainer.max_steps=3"], workdir)

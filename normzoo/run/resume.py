@@ -217,6 +217,10 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
     # Weights only: a crafted file runs no code. FSDP's sharded checkpoints are folders whose
     # metadata is in meta.pt.
     sharded = ckpt_path.is_dir()
+    if sharded and not (ckpt_path / "meta.pt").is_file():
+        raise NormzooError(f"--resume {ckpt_path} is a folder but not a sharded (FSDP) "
+                           "checkpoint (no meta.pt in it): give a .ckpt file, or --resume auto "
+                           "with the run's recipe to continue from its checkpoints/last.ckpt")
     saved = read_checkpoint(ckpt_path / "meta.pt" if sharded else ckpt_path)
     if not sharded:
         checkpoint_parts(saved, str(ckpt_path))  # a clean error for a damaged file
