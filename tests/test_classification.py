@@ -235,7 +235,8 @@ def test_compare_judges_classifiers_on_their_test_accuracy():
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
-    assert found["score"] == "accuracy" and found["better"] == "system"
+    assert found["score"] == "accuracy" and found["direction"] == "higher"
+    assert found["better"] == "system"
     assert found["baseline_seed_accuracy"] == pytest.approx([0.636, 0.672, 0.672], abs=1e-6)
     assert found["seed_p"] == pytest.approx(0.1224, abs=1e-4)
     assert found["verdict"] == "not shown"

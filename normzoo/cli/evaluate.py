@@ -56,7 +56,7 @@ def evaluate(
     perplexity for language models."""
     from normzoo.errors import NormzooError
     from normzoo.inference.load import load
-    from normzoo.tasks import EvaluateRequest, task_names, task_of
+    from normzoo.tasks import EvaluateRequest, task_of, working_tasks
 
     if split is not None and (src is not None or ref is not None):
         given = " and ".join(o for o, v in (("--src", src), ("--ref", ref)) if v is not None)
@@ -75,8 +75,8 @@ def evaluate(
              if value is not None and option not in task.evaluate_options]
     if given:  # they would be ignored without a word, and the reader believe them used
         verb = "applies" if len(given) == 1 else "apply"
-        users = [name for name in task_names()
-                 if set(given) <= task_of(name).evaluate_options] or ["other tasks"]
+        users = [other.name for other in working_tasks()
+                 if set(given) <= other.evaluate_options] or ["other tasks"]
         raise NormzooError(f"{', '.join(given)} {verb} to {' and '.join(users)} only; "
                            f"{checkpoint} is {task.kind} (task {loaded.recipe.task})")
     data = loaded.recipe.data

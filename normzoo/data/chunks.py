@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normzoo.data.sources import PAIRS_COLUMN, DataError, _builtin_pairs, _hub_split, text_file
+from normzoo.data.sources import PAIRS_COLUMN, DataError, _builtin_pairs, hub_split, text_file
 
 if TYPE_CHECKING:
     from normzoo.recipe import DataConfig
@@ -97,7 +97,7 @@ def parallel_chunks(data: DataConfig, split: str, limit: int | None = None,
         source, target = files or _pair_files(data, split)
         yield from take(_aligned(source, target, chunk), limit)
     else:
-        rows = _hub_split(data, split)
+        rows = hub_split(data, split)
         if PAIRS_COLUMN not in rows.column_names:
             raise DataError(f"dataset '{data.path}' has no '{PAIRS_COLUMN}' column: "
                             f"{rows.column_names}")
@@ -121,7 +121,7 @@ def text_chunks(data: DataConfig, split: str, limit: int | None = None,
     elif data.source == "files":
         yield from take(file_lines(text_file(Path(data.dir or ""), split), chunk), limit)
     else:
-        rows = _hub_split(data, split)
+        rows = hub_split(data, split)
         if data.text_field not in rows.column_names:
             raise DataError(f"dataset '{data.path}' has no '{data.text_field}' column: "
                             f"{rows.column_names}")
@@ -147,7 +147,7 @@ def examples(data: DataConfig, split: str, task: Any, limit: int | None) -> int:
 
         total = builtin.SPLITS.get(split, 0)
     else:
-        total = len(_hub_split(data, split))  # hub text: blank lines not yet dropped
+        total = len(hub_split(data, split))  # hub text: blank lines not yet dropped
     return total if limit is None else min(total, limit)
 
 
@@ -179,5 +179,5 @@ def fingerprint(data: DataConfig, split: str, task: Any) -> str:
         for path in task.builtin_files():  # the generator, its words: the content
             digest.update(path.name.encode() + path.read_bytes())
     else:
-        digest.update(_hub_split(data, split)._fingerprint.encode())
+        digest.update(hub_split(data, split)._fingerprint.encode())
     return digest.hexdigest()

@@ -61,9 +61,11 @@ class TokenTable:
         return np.diff(self.offsets)
 
 
-class _Indexed:
+class Indexed:
     """A map-style dataset whose items are their own indices: batches are built whole by
-    ``collate`` from the indices a batch sampler chose, never one example at a time."""
+    ``collate`` from the indices a batch sampler chose, never one example at a time. A task's
+    dataset (:meth:`~normzoo.tasks.contract.Task.dataset`) subclasses it and gives
+    ``collate(items)``, ``lengths()`` and ``sides()``."""
 
     def __getitem__(self, i: int) -> int:
         return i
@@ -74,7 +76,7 @@ class _Indexed:
         return items
 
 
-class ParallelData(_Indexed):
+class ParallelData(Indexed):
     """Encoded sentence pairs; ``ids`` are the kept rows' line numbers in the split (for
     scoring each sentence once). Training drops pairs longer than ``max_len``; evaluation
     keeps them and truncates them instead."""
@@ -128,7 +130,7 @@ class ParallelData(_Indexed):
         }
 
 
-class SentenceData(_Indexed):
+class SentenceData(Indexed):
     """Encoded sentences for masked LM: BOS + tokens + EOS, one example per non-empty line.
 
     With ``mask_seed`` set (validation, test, evaluation), each sentence's masks depend only on
@@ -241,7 +243,7 @@ def mask_tokens(tokens: torch.Tensor, vocab_size: int, mask_prob: float, seed: i
     return {"tokens": inputs, "labels": labels, "ntokens": int(maskable.sum())}
 
 
-class BlockData(_Indexed):
+class BlockData(Indexed):
     """Causal LM: one token stream (every line followed by EOS), cut into blocks of
     ``block + 1`` tokens that overlap by one, so block ``i``'s last label is block ``i+1``'s
     first input. A block is a view into the stream: nothing is copied until collation."""

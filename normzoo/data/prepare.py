@@ -85,7 +85,8 @@ def data_key(recipe: Recipe, tokenizer_json: str, roles: tuple[str, ...] = ROLES
         splits[role] = [name, limit, chunks.fingerprint(data, name, task_of(recipe))]
     # Task options that change what is read (a classifier's label column) name a new cache;
     # without any, the keys of the caches prepared before tasks had options stay as they were.
-    options = {"task_options": recipe.task_options} if recipe.task_options else {}
+    changed = task_of(recipe).data_options(recipe)
+    options = {"task_options": changed} if changed else {}
     return key_hash({"task": recipe.task, **options, "splits": splits,
                      "langs": [data.src_lang, data.tgt_lang, data.text_field],
                      "tokenizer": hashlib.sha256(_canonical(tokenizer_json).encode()).hexdigest(),

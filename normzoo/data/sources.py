@@ -83,7 +83,9 @@ def parallel_files(directory: Path, split: str, src: str, tgt: str) -> tuple[lis
     return sources, targets
 
 
-def _hub_split(data: DataConfig, split: str):
+def hub_split(data: DataConfig, split: str):
+    """Split ``split`` of the recipe's hub dataset (``data.path``, ``data.name``), or a
+    :class:`DataError` that says why not and what to set."""
     import datasets
 
     try:
@@ -114,7 +116,7 @@ def load_parallel(data: DataConfig, split: str, limit: int | None = None):
     if data.source == "files":
         sources, targets = parallel_files(Path(data.dir), split, data.src_lang, data.tgt_lang)
         return _limit(sources, limit), _limit(targets, limit)
-    rows = _hub_split(data, split)
+    rows = hub_split(data, split)
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     if PAIRS_COLUMN not in rows.column_names:
@@ -143,7 +145,7 @@ def load_text(data: DataConfig, split: str, limit: int | None = None) -> list[st
         return [s for s, _ in _builtin_pairs(split, limit)]
     if data.source == "files":
         return _limit(read_lines(text_file(Path(data.dir), split)), limit)
-    rows = _hub_split(data, split)
+    rows = hub_split(data, split)
     if data.text_field not in rows.column_names:
         raise DataError(f"dataset '{data.path}' has no '{data.text_field}' column: "
                         f"{rows.column_names}")

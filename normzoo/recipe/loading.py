@@ -24,7 +24,7 @@ from normzoo.models.config import ModelConfig, registry_problems
 from normzoo.recipe.bases import BASE_KEY, read_recipe_with_bases
 from normzoo.recipe.overrides import apply_overrides
 from normzoo.recipe.reading import check_shape
-from normzoo.recipe.rules import FAMILY_OF_TASK
+from normzoo.recipe.rules import FAMILY_OF_TASK, task_of_family
 from normzoo.recipe.schema import Recipe
 from normzoo.registry.options import (
     boolean_numbers,
@@ -33,8 +33,6 @@ from normzoo.registry.options import (
     pydantic_problems,
     rule_problems,
 )
-
-TASK_OF_FAMILY = {family: task for task, family in FAMILY_OF_TASK.items()}
 
 # Upper bounds of model sizes, far above any real model. Validation builds a norm of width
 # d_model, so without them a typo (d_model=5120000000) allocates gigabytes or overflows inside
@@ -136,10 +134,15 @@ def _validate(data: dict[str, Any]) -> tuple[Recipe | None, list[Problem], dict[
                 break
             dropped += removed
             if "task" in removed:
+                # A task of the model's family stands in, so that the family is not reported
+                # against a default task; the options of the task that is not there go
+                # unchecked (they were another task's).
                 model = data.get("model")
                 family = model.get("family") if isinstance(model, dict) else None
-                if family in TASK_OF_FAMILY:
-                    data["task"] = TASK_OF_FAMILY[family]
+                stand_in = task_of_family(family)
+                if stand_in is not None:
+                    data["task"] = stand_in
+                data.pop("task_options", None)
             _fill_family(data)  # a dropped model.family follows the task again
     return None, problems, data
 

@@ -41,11 +41,28 @@ class EvalSection(Protocol):
 FAMILIES = ("encoder_decoder", "encoder", "decoder")
 
 
-def task_of(name: str) -> Any:
+def registered_task(name: str) -> Any:
     """The registered task ``name`` (:class:`~normzoo.tasks.contract.Task`), through the
     registry: the recipe reads what a task says without importing the tasks package, which
-    reads recipes."""
+    reads recipes. Only the task named is imported."""
     return registry.tasks.get(name)()
+
+
+def working_tasks() -> list[Any]:
+    """Every registered task that imports (a broken plugin is left out: it is an error only
+    where a recipe names it), by name."""
+    return [entry.obj() for entry in registry.tasks.working()]
+
+
+def task_of_family(family: Any) -> str | None:
+    """A task that trains ``family`` (normzoo's own first), to stand in for a task that is not
+    valid; None when none does."""
+    tasks = sorted(working_tasks(), key=lambda task: (not _builtin_task(task), task.name))
+    return next((task.name for task in tasks if task.family == family), None)
+
+
+def _builtin_task(task: Any) -> bool:
+    return registry.is_builtin(registry.tasks.info(task.name))
 
 
 class _Families(Mapping[str, str]):
@@ -55,7 +72,7 @@ class _Families(Mapping[str, str]):
     def __getitem__(self, name: str) -> str:
         if name not in registry.tasks:
             raise KeyError(name)
-        return task_of(name).family
+        return registered_task(name).family
 
     def __iter__(self) -> Iterator[str]:
         return iter(registry.tasks.names())
@@ -80,7 +97,7 @@ def task_problems(task: Any, options: Any) -> list[Problem]:
     for a registered task."""
     if not (isinstance(task, str) and task in FAMILY_OF_TASK and isinstance(options, dict)):
         return []
-    return task_of(task).option_problems(options)
+    return registered_task(task).option_problems(options)
 
 
 def section_problems(task: Any, model: ModelConfig, data: DataConfig, optim: OptimConfig,
@@ -92,8 +109,8 @@ def section_problems(task: Any, model: ModelConfig, data: DataConfig, optim: Opt
     problems = [family_problem(task, model.family),
                 strategy_problem(model.residual.name, model.residual.options, trainer.strategy)]
     known = isinstance(task, str) and task in FAMILY_OF_TASK
-    if streaming is True and known and not task_of(task).streams:
-        streamed = " and ".join(name for name in FAMILY_OF_TASK if task_of(name).streams)
+    if streaming is True and known and not registered_task(task).streams:
+        streamed = " and ".join(t.name for t in working_tasks() if t.streams)
         problems.append(Problem("data.streaming", f"streams {streamed} corpora; {task} "
                                 "corpora are prepared once with `normzoo prepare` and "
                                 "memory-mapped"))

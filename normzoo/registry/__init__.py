@@ -225,6 +225,12 @@ class Registry:
             where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
             entry.error = f"{type(exc).__name__}: {exc}{where}"
 
+    def working(self) -> list[Entry]:
+        """The entries that import and that no other distribution contests, sorted by name: what
+        a listing of alternatives may offer (a broken plugin is an error only where named)."""
+        return [entry for entry in self.entries(load=True)
+                if entry.error is None and entry.conflict is None]
+
     def entries(self, load: bool = True) -> list[Entry]:
         """All entries sorted by name; with ``load``, each is imported (errors are recorded)."""
         result = [self._index()[name] for name in self.names()]

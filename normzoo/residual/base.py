@@ -149,7 +149,7 @@ class Residual(nn.Module):
     def optimizer_options(self) -> dict[str, dict[str, float]]:
         """What this connection's own parameters need from the optimizer, by local name:
         ``{"weight_decay": w, "lr_scale": s}``, either key optional (a 2-D mixing matrix decay
-        would pull toward 0). None by default: each parameter gets the guess from its rank."""
+        would pull toward 0). Empty by default: each parameter gets the guess from its rank."""
         return {}
 
     def plain_form(self) -> PlainForm | str:

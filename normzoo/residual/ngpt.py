@@ -23,12 +23,14 @@ The state entering the first layer is the embedding over its norm held constant
 (:func:`onto_sphere`), and each update starts from the state as it arrives: as nGPT-pytorch
 computes it, and the rows are unit already (``after_step``), so the values are the paper's, and
 the embedding's gradient reaches its rows as both codes' attention inputs pass it, unprojected.
-Training equals nGPT-pytorch's (``tests/test_ngpt.py``). The paper's code also normalises h
-before each update ("normally, normalization is not needed"), which projects the residual
-path's part of that gradient onto each row's tangent space; normzoo had Norm(embedding), which
-projected all of it. The division still puts added positions and the sqrt(d) embedding scale
-on the sphere. Norm here is ``F.normalize`` (a zero vector, a pad's embedding, stays zero
-rather than the code's 0/0).
+Training equals nGPT-pytorch's where the two store their scalings alike (the test gives the
+package the paper's s_qk on q and k, and normzoo's storage of the FFN scale: the package's
+s_qk² on q alone is the same forward pass but other Adam steps; ``tests/test_ngpt.py``).
+The paper's code also normalises h before each update ("normally, normalization is not
+needed"), which projects the residual path's part of that gradient onto each row's tangent
+space; normzoo had Norm(embedding), which projected all of it. The division still puts added
+positions and the sqrt(d) embedding scale on the sphere. Norm here is ``F.normalize`` (a zero
+vector, a pad's embedding, stays zero rather than the code's 0/0).
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ runs them in order (``setup``, ``fit``, ``test``, ``close``) and writes ``summar
 * :mod:`~normzoo.run.callbacks` — the Trainer's callbacks, loggers and checkpoint IO.
 * :mod:`~normzoo.run.resume` — which checkpoint to resume from, and whether it fits.
 * :mod:`~normzoo.run.history` — ``metrics.csv`` stitched together across resumes.
-* :mod:`~normzoo.run.final_test` — the best checkpoint scored on the test split.
 
 Importing this package imports nothing heavy; :mod:`~normzoo.run.training` and the modules it
 runs import torch and Lightning, so the CLI imports them inside its commands.

@@ -56,19 +56,27 @@ def recipe_changes(theirs: dict[str, Any], recipe: Recipe
                     if old.get(key) != new.get(key)]
 
 
-def _with_resolved_options(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
-    """``ours`` with the task options it leaves to the data (a default of None, such as a
-    classifier's label set) taken from the checkpoint's run, which resolved them: not a
-    change, since the run resolves them again from the same data."""
-    if ours.get("task") != theirs.get("task") or not isinstance(theirs.get("task_options"),
-                                                                  dict):
+def resolved_options(task: str, ours: dict[str, Any], theirs: Any) -> dict[str, Any]:
+    """``ours`` (a recipe's task options) with those it leaves to the data (a default of None,
+    such as a classifier's label set) taken from ``theirs``, the checkpoint's run's, which
+    resolved them: a resumed run keeps them (the head's classes stay its own, whatever the data
+    says now), and they are no change."""
+    if not isinstance(theirs, dict):
         return ours
-    defaults = task_of(ours["task"]).options
-    options = dict(ours.get("task_options") or {})
-    for key, value in theirs["task_options"].items():
+    defaults = task_of(task).options
+    options = dict(ours)
+    for key, value in theirs.items():
         if key not in options and key in defaults and defaults[key] is None:
             options[key] = value
-    return {**ours, "task_options": options}
+    return options
+
+
+def _with_resolved_options(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """``ours`` with the checkpoint's resolved task options (:func:`resolved_options`)."""
+    if ours.get("task") != theirs.get("task"):
+        return ours
+    return {**ours, "task_options": resolved_options(ours["task"], ours.get("task_options")
+                                                     or {}, theirs.get("task_options"))}
 
 
 def _filled(theirs: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

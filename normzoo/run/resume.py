@@ -207,9 +207,9 @@ def discard_abandoned_work(checkpoint_dir: Path, resumed_step: int) -> None:
 
 
 def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str | None,
-                   rank: int) -> tuple[int, str]:
-    """Check the checkpoint to resume from and tidy the run directory; return its step and the
-    tokenizer it was trained with.
+                   rank: int) -> tuple[int, str, dict[str, Any]]:
+    """Check the checkpoint to resume from and tidy the run directory; return its step, the
+    tokenizer it was trained with and its recipe's task options.
 
     ``--resume auto`` is crash recovery: checkpoints after the resumed step are discarded as the
     run redoes them. With an explicit path they are left alone (the user may be branching).
@@ -234,7 +234,8 @@ def prepare_resume(ckpt_path: Path, recipe: Recipe, run_dir: Path, resume: str |
             discard_abandoned_work(run_dir / "checkpoints", step)
         else:
             remove_stale_temporaries(run_dir / "checkpoints")
-    return step, tokenizer.to_str()
+    options = saved["normzoo"]["recipe"].get("task_options")
+    return step, tokenizer.to_str(), options if isinstance(options, dict) else {}
 
 
 def requeued(run_dir: Path, resume: str | None) -> str | None:
@@ -248,12 +249,13 @@ def requeued(run_dir: Path, resume: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class StartingPoint:
-    """The checkpoint a resumed run starts from, checked against its recipe: its step and the
-    tokenizer it was trained with."""
+    """The checkpoint a resumed run starts from, checked against its recipe: its step, the
+    tokenizer it was trained with and its task options."""
 
     checkpoint: Path
     step: int
     tokenizer: str
+    task_options: dict[str, Any]  # the checkpoint's run's, resolved from its data
 
 
 def starting_point(run_dir: Path, resume: str | None, recipe: Recipe,
@@ -266,10 +268,10 @@ def starting_point(run_dir: Path, resume: str | None, recipe: Recipe,
     if not resume:
         return None
     path = resume_checkpoint(run_dir, resume, announce=rank == 0)
-    step, tokenizer = prepare_resume(path, recipe, run_dir, resume, rank)
+    step, tokenizer, options = prepare_resume(path, recipe, run_dir, resume, rank)
     if rank == 0:
         typer.echo(f"resuming from {path} (step {step})", err=True)
-    return StartingPoint(path, step, tokenizer)
+    return StartingPoint(path, step, tokenizer, options)
 
 
 def resume_command(recipe_path: str | Path, run_dir: Path, overrides: list[str]) -> str:

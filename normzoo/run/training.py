@@ -38,6 +38,7 @@ from normzoo.run.history import metrics_path, resume_history
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.kernels import kernel_line, kernel_record
 from normzoo.run.machine import cpu_bf16_override, for_this_machine
+from normzoo.run.recipe_changes import resolved_options
 from normzoo.run.resume import completed, starting_point
 from normzoo.run.trainer import (
     RunCallbacks,
@@ -137,6 +138,9 @@ class TrainingRun(RunEndings):
         self.trainer = build_trainer(self.recipe, self.run_dir, callbacks=self.callbacks)
         if self.trainer.strategy.root_device.type == "cpu":
             keep_freed_memory()
+        if start is not None:  # a resumed run keeps what its data resolved (a label set)
+            self.recipe = self.recipe.model_copy(update={"task_options": resolved_options(
+                self.recipe.task, self.recipe.task_options, start.task_options)})
         self.data = training_data(
             self.recipe, start.tokenizer if start else self.init.tokenizer if self.init else "",
             saved=self.run_dir / "tokenizer.json" if self.rank > 0 else None,

@@ -87,7 +87,7 @@ def compare_lm_runs(baselines: list[Path], systems: list[Path],
     return {"task": recipes["baseline"][0].get("task"), "split": split,
             "baselines": [str(p) for p in dirs["baseline"]],
             "systems": [str(p) for p in dirs["system"]],
-            "score": key, "better": "lower" if mode == "min" else "higher", "unit": unit,
+            "score": key, "direction": "lower" if mode == "min" else "higher", "unit": unit,
             f"baseline_seed_{key}": loss["baseline"], f"system_seed_{key}": loss["system"],
             "baseline_precision": precision["baseline"],
             "system_precision": precision["system"],
@@ -112,7 +112,7 @@ def lm_direction(result: dict[str, Any]) -> tuple[float, str | None]:
     key = result.get("score", "loss")
     difference = (mean_sd(result[f"system_seed_{key}"])[0]
                   - mean_sd(result[f"baseline_seed_{key}"])[0])
-    lower = -difference if result.get("better", "lower") == "higher" else difference
+    lower = -difference if result.get("direction", "lower") == "higher" else difference
     return difference, "system" if lower < 0 else "baseline" if lower > 0 else None
 
 
@@ -134,7 +134,7 @@ def format_lm_comparison(result: dict[str, Any]) -> str:
                      f"{kinds(result[f'{side}_precision'], result[f'{side}_device'])}")
     lines += difference_notes(result)
     difference, better = lm_direction(result)
-    word = result.get("better", "lower")
+    word = result.get("direction", "lower")
     lines.append(f"the {better} has the {word} test {key}: the system is {difference:+.4f}"
                  f"{per}" if better else f"the same test {key}: neither is {word}")
     lines.append(seed_line(result, f"test {key}", digits=4))

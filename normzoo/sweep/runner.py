@@ -33,6 +33,21 @@ from normzoo.sweep.slurm import Slurm
 FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
           "metric_value", "test_bleu", "test_loss"]  # test_loss: language models
+# Every other score a task's final test records follows as its own column (test_accuracy,
+# test_ppl, ...): the sweep reports whatever the task measures (test_scores).
+
+
+def test_scores(summary: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of a summary's ``test``, as ``test_<name>`` columns."""
+    test = summary.get("test") or {}
+    return {f"test_{key}": value for key, value in test.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)}
+
+
+def score_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The ``test_*`` columns of ``rows`` beyond :data:`FIELDS`, sorted."""
+    return sorted({key for row in rows for key in row
+                   if key.startswith("test_") and key not in FIELDS})
 
 
 def final_train_loss(run_dir: Path) -> float | None:
@@ -101,11 +116,10 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
     try:
         summary = run(resolved, recipe_path, force=resume is None, resume=resume,
                       overrides=overrides)
-        row.update(status="ok", diverged_at_step="", steps=summary["steps"],
-                   stopped=summary.get("stopped", ""),
-                   metric_value=summary["validation"].get(metric, ""),
-                   test_bleu=summary.get("test", {}).get("bleu", ""),
-                   test_loss=summary.get("test", {}).get("loss", ""))
+        row.update({"status": "ok", "diverged_at_step": "", "steps": summary["steps"],
+                    "stopped": summary.get("stopped", ""),
+                    "metric_value": summary["validation"].get(metric, ""),
+                    "test_bleu": "", "test_loss": ""} | test_scores(summary))
     except DivergenceError as error:  # the step it carries, as the run's summary records it
         step = error.step if error.step is not None else ""
         row.update(status="diverged", stopped="diverged", diverged_at_step=step, steps=step,
@@ -123,7 +137,7 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
 
 
 def write_results(rows: list[dict[str, Any]], keys: list[str], out: Path) -> None:
-    fields = ["cell", *keys, *FIELDS[1:]]
+    fields = ["cell", *keys, *FIELDS[1:], *score_columns(rows)]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=fields, extrasaction="ignore")
     writer.writeheader()

@@ -44,7 +44,11 @@ def over_seeds(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
     if SEED_AXIS not in keys:
         return []
     others, groups = _by_setting(rows, keys)
-    header = [*others, "seeds", "diverged", "failed", *(name for _, name, _ in MEASURES)]
+    # After the fixed measures, every other test score the rows hold (a classifier's accuracy).
+    known = {field for field, _, _ in MEASURES}
+    measures = [*MEASURES, *((field, field.replace("_", " "), 4) for field in sorted(
+        {k for r in rows for k in r if k.startswith("test_") and k not in known}))]
+    header = [*others, "seeds", "diverged", "failed", *(name for _, name, _ in measures)]
     lines = ["", "Over seeds (mean ± standard deviation of the finished, undiverged cells):", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for setting, members in groups.items():
@@ -52,7 +56,7 @@ def over_seeds(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
         cells = [*setting, ", ".join(str(r.get(SEED_AXIS, "")) for r in ok),
                  *(str(sum(r.get("status") == status for r in members))
                    for status in ("diverged", "failed"))]
-        for field, _, digits in MEASURES:
+        for field, _, digits in measures:
             values = [v for v in (_number(r.get(field)) for r in ok) if v is not None]
             if not values:
                 cells.append("")

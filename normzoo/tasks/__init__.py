@@ -24,6 +24,7 @@ __all__ = [
     "task_class",
     "task_names",
     "task_of",
+    "working_tasks",
 ]
 
 _made: dict[tuple[str, int], Task] = {}
@@ -50,6 +51,14 @@ def task_names() -> list[str]:
     from normzoo import registry
 
     return registry.tasks.names()
+
+
+def working_tasks() -> list[Task]:
+    """Every registered task that imports, by name (a broken plugin is left out: it is an error
+    only where a recipe names it)."""
+    from normzoo import registry
+
+    return [task_of(entry.info.name) for entry in registry.tasks.working()]
 
 
 def task_class(task: str) -> type:

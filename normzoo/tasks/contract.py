@@ -99,10 +99,10 @@ class Task:
     #: The ``normzoo evaluate`` options it reads besides the split (others are refused).
     evaluate_options: ClassVar[frozenset[str]] = frozenset()
     #: How ``normzoo compare`` judges two sets of its runs: ``hypotheses`` (BLEU and the
-    #: bootstrap over sentences) or ``test_loss`` (the t-test over the seeds' test scores,
+    #: bootstrap over sentences) or ``seed_scores`` (the t-test over the seeds' test scores,
     #: :attr:`compared_score`).
-    compared_by: ClassVar[str] = "test_loss"
-    #: With ``compared_by = "test_loss"``: the ``summary.json`` test score compared, ``min`` or
+    compared_by: ClassVar[str] = "seed_scores"
+    #: With ``compared_by = "seed_scores"``: the ``summary.json`` test score compared, ``min`` or
     #: ``max`` for which is better, and its unit (the loss in nats per token by default).
     compared_score: ClassVar[tuple[str, str, str]] = ("loss", "min", "nats/token")
     #: Why ``normzoo export --format hf`` cannot map this task's models (None: the model
@@ -160,6 +160,11 @@ class Task:
         """The token rows of each of :attr:`token_parts` for one chunk."""
         return [tokenizer.encode_batch(parts[self.parts.index(name)])
                 for name in self.token_parts]
+
+    def data_options(self, recipe: Recipe) -> dict[str, Any]:
+        """The task options that change what the prepared data holds: part of its cache key
+        (the others, a classifier's pooling, leave the data as it is)."""
+        return {}
 
     def kept_texts(self, role: str) -> dict[str, str]:
         """Raw text the prepared cache keeps for ``role`` beside its tokens, as ``{file name:

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from normzoo.data.examples import TokenTable, _Indexed, pad
+from normzoo.data.examples import Indexed, TokenTable, pad
 from normzoo.data.sources import DataError
 from normzoo.data.tokenizer import BOS, EOS
 
 
-class LabelledSentences(_Indexed):
+class LabelledSentences(Indexed):
     """Sentences and class indices; ``labels`` are the examples' label names, ``classes`` the
     recipe's label set (its order is the class index)."""
 
@@ -25,7 +25,8 @@ class LabelledSentences(_Indexed):
             raise DataError(f"{where}labels {', '.join(map(repr, unknown[:5]))} are not in the "
                             f"label set ({', '.join(classes)}): add them to "
                             "task_options.labels, or leave it unset to take the training "
-                            "split's")
+                            "split's (a resumed run keeps the set its checkpoint trained "
+                            "with)")
         if len(labels) != len(lines):
             raise DataError(f"{where}{len(lines)} sentences but {len(labels)} labels")
         self.lines, self.max_len = lines, max_len

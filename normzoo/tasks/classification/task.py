@@ -45,18 +45,20 @@ class Classification(Task):
         from normzoo.tasks.classification.model import POOLINGS
 
         problems = super().option_problems(options)
-        pooling, labels = options.get("pooling", "first"), options.get("labels")
+        merged = {**self.options, **options}
+        pooling, labels = merged["pooling"], merged["labels"]
         if pooling not in POOLINGS:
             problems.append(Problem("task_options.pooling", f"is {pooling!r}; use one of "
                                     f"{', '.join(POOLINGS)}"))
         if labels is not None and not (
                 isinstance(labels, list) and len(labels) >= 2
-                and all(isinstance(x, str) and x.strip() for x in labels)
+                and all(isinstance(x, str) and x.strip() == x != "" for x in labels)
                 and len(set(labels)) == len(labels)):
             problems.append(Problem("task_options.labels", "must be a list of two or more "
-                                    "distinct, non-empty label names (or unset: the training "
-                                    "split's labels)"))
-        if not isinstance(options.get("label_field", "label"), str):
+                                    "distinct, non-empty label names without surrounding "
+                                    "spaces, as text (numbers quoted: ['0', '1']); or unset: "
+                                    "the training split's labels"))
+        if not isinstance(merged["label_field"], str):
             problems.append(Problem("task_options.label_field", "must be a column name"))
         return problems
 
@@ -66,7 +68,7 @@ class Classification(Task):
 
     def read(self, recipe: Recipe, split: str, limit: int | None) -> Iterator[Parts]:
         from normzoo.data import chunks
-        from normzoo.data.sources import _hub_split
+        from normzoo.data.sources import DataError, hub_split
         from normzoo.tasks.classification import corpus, layout
 
         data = recipe.data
@@ -78,15 +80,26 @@ class Classification(Task):
                 yield layout.parse_lines(lines, str(path), start)
                 start += len(lines)
         else:
-            rows = _hub_split(data, split)
+            rows = hub_split(data, split)
             if limit is not None:
                 rows = rows.select(range(min(limit, len(rows))))
-            yield layout.hub_examples(rows, data.text_field, self.option(recipe, "label_field"))
+            field = self.option(recipe, "label_field")
+            try:
+                yield layout.hub_examples(rows, data.text_field, field)
+            except DataError as error:  # say which settings name the columns
+                raise DataError(f"{error} (data.text_field={data.text_field}, "
+                                f"task_options.label_field={field})") from None
 
     def builtin_files(self) -> list[Path]:
         from normzoo.tasks.classification import corpus
 
         return [*super().builtin_files(), Path(corpus.__file__)]
+
+    def data_options(self, recipe: Recipe) -> dict[str, Any]:
+        """The label column changes what a hub split reads; the pooling and the label set do
+        not (labels are kept as text and numbered when the dataset is built)."""
+        field = self.option(recipe, "label_field")
+        return {} if field == self.options["label_field"] else {"label_field": field}
 
     def kept_texts(self, role: str) -> dict[str, str]:
         return {"label": "label"}  # label names, turned into class indices by the label set
