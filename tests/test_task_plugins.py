@@ -87,3 +87,16 @@ def test_a_classifier_sweep_records_its_test_accuracy(tmp_path: Path,
         rows = list(csv.DictReader(f))
     assert all(0 <= float(row["test_accuracy"]) <= 1 and row["test_macro_f1"] for row in rows)
     assert "test accuracy" in (out / "results.md").read_text(encoding="utf-8")
+
+
+def test_a_training_split_of_one_label_is_refused_before_the_run_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.tsv").write_text("a b c\tx\nd e f\tx\n", encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(_recipe(tmp_path)), encoding="utf-8")
+    monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["train", str(recipe)])
+    assert result.exit_code == 2, result.output
+    assert "split 'train' has 1 label ('x'): a classifier needs two or more" in result.output
+    assert not (tmp_path / "run").exists()

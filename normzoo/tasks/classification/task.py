@@ -117,8 +117,15 @@ class Classification(Task):
         from normzoo.tasks.classification.layout import label_set
 
         chosen = self.option(recipe, "labels")
-        return list(chosen) if chosen is not None else label_set(prepared.lines("train",
-                                                                                "label"))
+        if chosen is not None:
+            return list(chosen)
+        found = label_set(prepared.lines("train", "label"))
+        if len(found) < 2:
+            from normzoo.data.sources import DataError
+
+            raise DataError(f"split '{recipe.data.train_split}' has {len(found)} label "
+                            f"({', '.join(map(repr, found))}): a classifier needs two or more")
+        return found
 
     # -- model ------------------------------------------------------------------------------
     def resolved(self, recipe: Recipe, datamodule: Any) -> Recipe:
