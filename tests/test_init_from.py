@@ -151,3 +151,14 @@ def test_force_may_restart_a_run_from_its_own_checkpoint(recipe: Path):
     new = load(own)
     assert new["global_step"] == 1
     assert all(torch.allclose(new["state_dict"][k], v, atol=1e-6) for k, v in weights.items())
+
+
+def test_a_misfit_is_refused_before_the_data_is_prepared(recipe: Path, tiny_checkpoint: Path):
+    """A task whose model does not wait on its data (all but the classifier, whose head the
+    label set sizes) fits ``init.from`` first: a misfit costs no tokenizer or data preparation
+    (minutes on WMT14)."""
+    code, output = train("run.dir=run", f"init.from={tiny_checkpoint}", "model.ffn_dim=48")
+    assert code == 2 and "does not fit the model this recipe builds" in output
+    assert "data:" not in output
+    assert not (recipe.parent / "cache").exists() or not any(
+        (recipe.parent / "cache").rglob("*.json"))

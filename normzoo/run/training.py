@@ -128,6 +128,8 @@ class TrainingRun(RunEndings):
         if start is None:  # a new run: refused now, not after the tokenizer's minutes
             self.directory.refuse_existing(self.force)
             self.init = initial_weights(self.recipe)
+            if self.init is not None and not task_of(self.recipe).resolves_from_data:
+                self.init.fit_recipe(self.recipe)  # a misfit refused before the data's minutes
         else:
             self.ckpt_path, self.resumed_step = start.checkpoint, start.step
             if (done := completed(self.run_dir, start.step, self.recipe)) is not None:
@@ -147,8 +149,9 @@ class TrainingRun(RunEndings):
             progress=self.rank == 0 and show_progress())
         # What only the data can say (a classifier's labels), recorded in the run's recipe.
         self.recipe = self.data.recipe = task_of(self.recipe).resolved(self.recipe, self.data)
-        if self.init is not None:  # refused here, before the run directory is written
-            self.init.fit_recipe(self.recipe)
+        if self.init is not None and task_of(self.recipe).resolves_from_data:
+            self.init.fit_recipe(self.recipe)  # its model needed the data; still before the
+            # run directory is written
         self.shapes = self.data.train_shapes(self.trainer.world_size)
         if self.rank == 0:
             typer.echo(f"data: {batch_shapes_line(self.data.ladder, self.shapes)}", err=True)

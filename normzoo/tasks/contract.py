@@ -185,6 +185,10 @@ class Task:
         raise NotImplementedError(f"task '{self.name}' does not stream")
 
     # -- the model ---------------------------------------------------------------------------
+    #: Whether :meth:`resolved` fills in settings from the data (so ``init.from`` can be fitted
+    #: to the model only once the data is read; otherwise before it, failing fast).
+    resolves_from_data: ClassVar[bool] = False
+
     def resolved(self, recipe: Recipe, datamodule: Any) -> Recipe:
         """``recipe`` with what only the prepared data can say filled in (recorded in the run's
         recipe, so a checkpoint rebuilds the same model)."""

@@ -128,6 +128,8 @@ class Classification(Task):
         return found
 
     # -- model ------------------------------------------------------------------------------
+    resolves_from_data = True  # the label set sizes the head
+
     def resolved(self, recipe: Recipe, datamodule: Any) -> Recipe:
         """The label set recorded in the run's recipe: the head's size and class order are
         then the checkpoint's own, whatever data evaluates it later."""
