@@ -22,7 +22,6 @@ __all__ = [
     "Task",
     "monitored_metric",
     "task_class",
-    "task_names",
     "task_of",
     "working_tasks",
 ]
@@ -44,13 +43,6 @@ def task_of(which: str | Recipe | dict[str, Any]) -> Task:
     if key not in _made:
         _made[key] = cls()
     return _made[key]
-
-
-def task_names() -> list[str]:
-    """Every registered task's name, sorted (imports nothing)."""
-    from normzoo import registry
-
-    return registry.tasks.names()
 
 
 def working_tasks() -> list[Task]:

@@ -217,8 +217,14 @@ class Task:
         records them; None on processes other than rank 0. Called on every process. The task
         calls ``training_ended()`` where the time after it no longer counts as training
         (``train_wall_s``): after a test every process takes part in, before one rank 0 runs
-        alone."""
-        raise NotImplementedError
+        alone. By default the module's own validation and test steps score the best
+        checkpoint, every process taking part (:func:`~normzoo.tasks.testing.test_in_loops`),
+        and that time counts as training's."""
+        from normzoo.tasks.testing import test_in_loops
+
+        scores = test_in_loops(recipe, module, datamodule, trainer)
+        training_ended()
+        return scores if trainer.is_global_zero else None
 
     def report(self, test: dict[str, Any]) -> str:
         """The bold line ``normzoo train`` ends with, from the ``test`` of the summary."""

@@ -5,7 +5,7 @@ Hugging Face dataset with a text and a label column, or the built-in labelled co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -163,15 +163,6 @@ class Classification(Task):
         return model
 
     # -- ending -----------------------------------------------------------------------------
-    def final_test(self, recipe: Recipe, module: Any, datamodule: Any, trainer: Any,
-                   training_ended: Callable[[], None]
-                   ) -> tuple[dict[str, float], dict[str, Any]] | None:
-        from normzoo.tasks.testing import test_in_loops
-
-        scores = test_in_loops(recipe, module, datamodule, trainer)
-        training_ended()
-        return scores if trainer.is_global_zero else None
-
     def report(self, test: dict[str, Any]) -> str:
         return (f"test accuracy {test['accuracy']:.4f}, macro-F1 {test['macro_f1']:.4f}, "
                 f"loss {test['loss']:.4f} on {test['split']}")

@@ -20,17 +20,6 @@ class _LanguageModel(Task):
     streams = True
     evaluate_options: ClassVar[frozenset[str]] = frozenset({"--src"})
 
-    def final_test(self, recipe: Recipe, module: Any, datamodule: Any, trainer: Any,
-                   training_ended: Callable[[], None]
-                   ) -> tuple[dict[str, float], dict[str, Any]] | None:
-        """Every process takes part (:func:`~normzoo.tasks.testing.test_in_loops`), and the
-        time counts as training's."""
-        from normzoo.tasks.testing import test_in_loops
-
-        scores = test_in_loops(recipe, module, datamodule, trainer)
-        training_ended()
-        return scores if trainer.is_global_zero else None
-
     def report(self, test: dict[str, Any]) -> str:
         scores = [f"loss {test['loss']:.4f}"]
         if "ppl" in test:
