@@ -26,6 +26,7 @@ from normzoo.cli import (
     generate,
     prepare,
     recipe,
+    study,
     sweep,
     train,
     translate,
@@ -80,6 +81,10 @@ for _command in recipe.app.registered_commands:  # the recipe group's, as they a
     if _command.cls in (None, TyperCommand):
         _command.cls = ReadableCommand
 app.add_typer(recipe.app, name="recipe", cls=ReadableGroup)
+for _command in study.app.registered_commands:
+    if _command.cls in (None, TyperCommand):
+        _command.cls = ReadableCommand
+app.add_typer(study.app, name="study", cls=ReadableGroup)
 
 
 def _debug_in_argv(argv: Sequence[str]) -> bool:

@@ -246,15 +246,26 @@ def mask_tokens(tokens: torch.Tensor, vocab_size: int, mask_prob: float, seed: i
 class BlockData(Indexed):
     """Causal LM: one token stream (every line followed by EOS), cut into blocks of
     ``block + 1`` tokens that overlap by one, so block ``i``'s last label is block ``i+1``'s
-    first input. A block is a view into the stream: nothing is copied until collation."""
+    first input. A block is a view into the stream: nothing is copied until collation.
+    ``offsets`` (where each line starts in the stream, as a :class:`TokenTable` keeps them) say
+    which line each predicted token belongs to, so a final test can score line by line."""
 
-    def __init__(self, stream: np.ndarray, block: int) -> None:
-        self.stream, self.block = stream, block
+    def __init__(self, stream: np.ndarray, block: int, offsets: np.ndarray | None = None) -> None:
+        self.stream, self.block, self.offsets = stream, block, offsets
         self.starts = np.arange(0, max(len(stream) - 1, 0), block, dtype=np.int64)
 
     @classmethod
     def build(cls, lines: Sequence[Sequence[int]], block: int) -> BlockData:
-        return cls(TokenTable.from_rows([[*ids, EOS] for ids in lines]).tokens, block)
+        table = TokenTable.from_rows([[*ids, EOS] for ids in lines])
+        return cls(table.tokens, block, table.offsets)
+
+    def label_lines(self, item: int, count: int) -> np.ndarray:
+        """The line of each of block ``item``'s first ``count`` labels (stream positions
+        ``start + 1`` on); needs ``offsets``."""
+        if self.offsets is None:
+            raise ValueError("a BlockData built without its lines' offsets")
+        positions = self.starts[item] + 1 + np.arange(count, dtype=np.int64)
+        return np.searchsorted(self.offsets, positions, side="right") - 1
 
     def __len__(self) -> int:
         return len(self.starts)

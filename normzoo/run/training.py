@@ -35,6 +35,7 @@ from normzoo.run.directory import RunDirectory
 from normzoo.run.endings import RunEndings
 from normzoo.run.hardware import describe
 from normzoo.run.history import metrics_path, resume_history
+from normzoo.run.identity import run_identity
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.kernels import kernel_line, kernel_record
 from normzoo.run.machine import cpu_bf16_override, for_this_machine
@@ -216,8 +217,9 @@ class TrainingRun(RunEndings):
         """Write how the run ended to ``summary.json`` (atomically, by rank 0 alone) and return
         it; None on other ranks. Every ending has ``status``, ``task``, ``recipe``, ``run_dir``,
         ``steps`` (``extra`` may give its own: a diverged run's step), ``train_wall_s``
-        (until :meth:`test` ended training, else until now), then ``extra``, the
-        kernels (:func:`~normzoo.run.kernels.kernel_record`) and ``machine``."""
+        (until :meth:`test` ended training, else until now), the run's ``identity`` where it
+        is known (:mod:`normzoo.run.identity`; from the checkpoint for a resumed run), then
+        ``extra``, the kernels (:func:`~normzoo.run.kernels.kernel_record`) and ``machine``."""
         trainer = self.trainer
         if not trainer.is_global_zero:
             self.status = status
@@ -226,6 +228,8 @@ class TrainingRun(RunEndings):
                    "recipe": str(self.recipe_path), "run_dir": str(self.run_dir),
                    "steps": trainer.global_step,
                    "train_wall_s": round((self.trained or time.perf_counter()) - self.started, 1)}
+        if (identity := getattr(self.task, "identity", None)) is not None:
+            summary["identity"] = identity
         if self.shapes is not None:
             summary |= {"train_batch_shapes": self.shapes.shapes,
                         "train_padding": round(self.shapes.padding, 4)}
@@ -250,7 +254,8 @@ class TrainingRun(RunEndings):
     # -- the stages' parts ---------------------------------------------------------------------
 
     def _built_task(self, tokenizer: Tokenizer) -> Any:
-        """The task (LightningModule) from the recipe's seed, with ``init.from``'s weights;
+        """The task (LightningModule) from the recipe's seed, with ``init.from``'s weights and,
+        in a new run, the identity of that start (rank 0's, which its checkpoints carry);
         rank 0 prints the header line."""
         recipe = self.recipe
         L.seed_everything(recipe.seed, workers=True, verbose=False)
@@ -260,6 +265,8 @@ class TrainingRun(RunEndings):
             self.init.load_into(task.model)
             if self.rank == 0:
                 typer.echo(self.init.announcement(), err=True)
+        if self.ckpt_path is None and self.rank == 0:  # a resumed run's is its checkpoint's
+            task.identity = run_identity(recipe.seed, task.model, recipe.to_dict())
         task_of(recipe).connect(task, self.data)
         if self.rank == 0:
             size = sum(p.numel() for p in task.model.parameters())

@@ -198,6 +198,7 @@ class SweepFailed(RuntimeFailure):
     when they share one (2 for a user error), else 1."""
 
     def __init__(self, failed: list[dict[str, Any]], total: int) -> None:
+        self.rows, self.total = failed, total
         codes = {row.get("exit_code", 1) for row in failed}
         self.exit_code = codes.pop() if len(codes) == 1 else 1
         lines = [f"{row['cell']}: {row['stopped'].removeprefix('failed: ')}" for row in failed]

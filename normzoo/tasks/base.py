@@ -7,8 +7,8 @@ A task says two things about a batch: its model's :meth:`~NormzooTask.logits`, a
 Training, validation, diagnostics and the divergence guard use nothing else.
 
 A checkpoint holds only plain data (dicts, strings, tensors) so that it loads with
-``torch.load(weights_only=True)``: the resolved recipe, the tokenizer as JSON, and the plugins
-(name, distribution, version) that built the model, a task plugin's included.
+``torch.load(weights_only=True)``: the resolved recipe, the tokenizer as JSON, the plugins that
+built the model (name, distribution, version; a task plugin's too) and the run's identity.
 """
 
 from __future__ import annotations
@@ -63,8 +63,7 @@ class NormzooTask(L.LightningModule):
 
     def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:
         super().__init__()
-        # Logged (TensorBoard, hparams.yaml) as plain data; the checkpoint's own copy is in
-        # on_save_checkpoint.
+        # Logged (TensorBoard, hparams.yaml) as plain data; the checkpoint's: on_save_checkpoint.
         self.save_hyperparameters({"recipe": recipe.to_dict(), "vocab_size": vocab_size})
         self.recipe = recipe
         # The task's model (a classifier adds its head to the assembled encoder).
@@ -88,6 +87,7 @@ class NormzooTask(L.LightningModule):
         # Summed token loss and tokens of the batches since train/loss was last written.
         self._interval = (torch.zeros(()), torch.zeros((), dtype=torch.long))
         self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
+        self.identity: dict[str, Any] | None = None  # normzoo.run.identity; None: unknown
 
     def logits(self, batch: dict[str, Any]) -> torch.Tensor:
         """The model's logits for ``batch`` (also used by a scheme's data-dependent init and to
@@ -293,13 +293,14 @@ class NormzooTask(L.LightningModule):
             "rng": self._per_rank(rng.capture()),
             # The loss window train/loss is the mean of: a resumed run logs the same value.
             "loss_window": self._per_rank([t.detach().cpu() for t in self._interval]),
+            "identity": self.identity,
         }
         if (state := self.model.scheme.data_init_state(self.model)) is not None:
             checkpoint["normzoo"]["data_init"] = state
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("normzoo", {})
-        self.tokenizer_json = saved.get("tokenizer", "")
+        self.tokenizer_json, self.identity = saved.get("tokenizer", ""), saved.get("identity")
         states = saved.get("rng") or []
         rank = self.trainer.global_rank if self._trainer is not None else 0
         # Restored when training starts, before the next batch is fetched: its collation may
@@ -320,8 +321,7 @@ class NormzooTask(L.LightningModule):
             self._pending_rng = None
 
     def _per_rank(self, state: Any) -> list[Any]:
-        """Every process's ``state`` (generator states, loss window), in rank order: all ranks
-        save, rank 0 writes the file."""
+        """Every process's ``state`` (generator states, loss window) by rank: rank 0 saves it."""
         if self._trainer is None or self.trainer.world_size == 1:
             return [state]
         gathered: list[Any] = [None] * self.trainer.world_size

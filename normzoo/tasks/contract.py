@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from normzoo.errors import Problem
     from normzoo.recipe import Recipe
     from normzoo.recipe.data import DataConfig
+    from normzoo.verdicts.outputs import ExampleOutputs
 
 # A chunk of a split as read: one list per part, line-aligned (translation: sources, targets).
 Parts = tuple[list[str], ...]
@@ -238,6 +239,15 @@ class Task:
         """``normzoo evaluate``: the scores of ``loaded`` on the request's split or files, and
         the lines to print (the scores as JSON are printed by ``--json`` instead)."""
         raise NotImplementedError
+
+    def example_outputs(self, run_dir: Path, recipe: dict[str, Any],
+                        data_dir: Path | None = None) -> ExampleOutputs | None:
+        """The per-example test outputs a finished run kept, as the example-level test resamples
+        them (:class:`~normzoo.verdicts.outputs.ExampleOutputs`); ``recipe``: the run's saved
+        recipe as plain data, ``data_dir``: where a ``files`` corpus is now. None where the run
+        kept none (runs from before they were kept): its verdicts then rest on the seeds' test
+        alone, and say so."""
+        return None
 
     def card(self, recipe: Recipe, hf: Any | None) -> Card:
         """What the export's card says about this task (``hf``: the Hugging Face mapping, or

@@ -1,17 +1,21 @@
 """The classifier's LightningModule: cross-entropy over the sentences' labels; validation and
-test report the loss, accuracy and macro-F1 (torchmetrics, synchronised across processes)."""
+test report the loss, accuracy and macro-F1 (torchmetrics, synchronised across processes). The
+final test keeps each sentence's prediction, label and loss (:mod:`normzoo.tasks.testing`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 
 from normzoo.data.tokenizer import PAD
 from normzoo.nn.token_loss import LossTerms, token_terms
 from normzoo.recipe import Recipe
 from normzoo.tasks.classification.metrics import ClassificationMetrics
 from normzoo.tasks.scored import ScoredInFloat32
+from normzoo.tasks.testing import KeptExamples
 
 
 def sentence_terms(logits: torch.Tensor, labels: torch.Tensor,
@@ -32,6 +36,7 @@ class ClassificationTask(ScoredInFloat32):
         classes = len(self.model.classifier.out.weight)
         self.val_scores = ClassificationMetrics(classes)
         self.test_scores = ClassificationMetrics(classes)
+        self.kept_examples = KeptExamples()  # the final test's, per sentence
 
     def logits(self, batch: dict[str, Any]) -> torch.Tensor:
         """``[B, labels]``: the head on the encoder's states of each sentence."""
@@ -57,6 +62,11 @@ class ClassificationTask(ScoredInFloat32):
         self.log(f"{stage}/loss", terms.mean, prog_bar=True, sync_dist=True,
                  batch_size=int(terms.tokens))
         scores.update(logits.float(), batch["labels"])
+        if stage == "test" and "items" in batch:  # the final test: each sentence kept
+            losses = F.cross_entropy(logits.float(), batch["labels"], reduction="none")
+            self.kept_examples.add(batch["items"], zip(
+                logits.argmax(dim=-1).tolist(), batch["labels"].tolist(), losses.tolist(),
+                strict=True))
 
     def on_validation_epoch_end(self) -> None:
         self._log_scores("val", self.val_scores)
@@ -68,3 +78,15 @@ class ClassificationTask(ScoredInFloat32):
         for name, value in scores.compute().items():
             self.log(f"{stage}/{name}", value, prog_bar=name == "accuracy")
         scores.reset()
+
+    def example_rows(self, dataset: Any, kept: Sequence[tuple[int, Any]]
+                     ) -> tuple[list[str], list[tuple[str, str, float]]] | None:
+        """The final test's rows, one per sentence of the split in its order: the predicted
+        and the gold label's names (the run's label set) and the sentence's cross-entropy in
+        nats; None where some sentence went unscored."""
+        if [item for item, _ in kept] != list(range(len(dataset))):
+            return None
+        names = self.recipe.task_options["labels"]
+        return (["prediction", "label", "loss"],
+                [(names[predicted], names[label], float(loss))
+                 for _, (predicted, label, loss) in kept])

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from normzoo.errors import Problem
     from normzoo.recipe import Recipe
     from normzoo.recipe.data import DataConfig
+    from normzoo.verdicts.outputs import ExampleOutputs
 
 
 class Classification(Task):
@@ -173,6 +174,26 @@ class Classification(Task):
         from normzoo.tasks.classification.evaluate import evaluate
 
         return evaluate(self, loaded, request)
+
+    def example_outputs(self, run_dir: Path, recipe: dict[str, Any],
+                        data_dir: Path | None = None) -> ExampleOutputs | None:
+        """Each sentence's prediction, label and loss (``examples.<test split>.tsv``), as
+        ``[correct, 1]``: their column sums' ratio is the test accuracy. A prediction with its
+        loss is what tells two runs' outputs apart (two seeds agree on most predictions)."""
+        import numpy as np
+
+        from normzoo.tasks.per_example import kept_outputs, label_of, number
+        from normzoo.verdicts.outputs import ExampleOutputs
+        from normzoo.verdicts.scores import ratio_score
+
+        label = label_of((recipe.get("task_options") or {}).get("labels"))
+        rows = kept_outputs(self, run_dir, recipe, data_dir, ("prediction", "label", "loss"),
+                            (label, label, number))
+        if rows is None:
+            return None
+        stats = np.array([[float(predicted == gold), 1.0] for predicted, gold, _ in rows],
+                         dtype=np.float64).reshape(len(rows), 2)
+        return ExampleOutputs(stats, ratio_score, [(p, loss) for p, _, loss in rows])
 
     def card(self, recipe: Recipe, hf: Any | None) -> Card:
         labels = ", ".join(self.option(recipe, "labels") or [])

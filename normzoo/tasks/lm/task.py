@@ -4,6 +4,7 @@ read monolingual lines, may stream them, and are scored by their loss."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
@@ -11,6 +12,7 @@ from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
 if TYPE_CHECKING:
     from normzoo.data.tokenizer import Tokenizer
     from normzoo.recipe import Recipe
+    from normzoo.verdicts.outputs import ExampleOutputs
 
 
 class _LanguageModel(Task):
@@ -40,6 +42,24 @@ class _LanguageModel(Task):
                   **language_model_metrics(loaded, lines, request.batch_tokens,
                                            masked=self._masked)}
         return result, ["  ".join(f"{k}={v}" for k, v in result.items())]
+
+    def example_outputs(self, run_dir: Path, recipe: dict[str, Any],
+                        data_dir: Path | None = None) -> ExampleOutputs | None:
+        """Each line's summed token loss and token count (``examples.<test split>.tsv``), as
+        ``[loss_sum, tokens]``: their column sums' ratio is the test loss per token. A line's
+        loss is what tells two runs' outputs apart."""
+        import numpy as np
+
+        from normzoo.tasks.per_example import count, kept_outputs, number
+        from normzoo.verdicts.outputs import ExampleOutputs
+        from normzoo.verdicts.scores import ratio_score
+
+        rows = kept_outputs(self, run_dir, recipe, data_dir, ("loss_sum", "tokens"),
+                            (number, count))
+        if rows is None:
+            return None
+        stats = np.array(rows, dtype=np.float64).reshape(len(rows), 2)
+        return ExampleOutputs(stats, ratio_score, [loss for loss, _ in rows])
 
     _masked: ClassVar[bool] = False
 
@@ -112,7 +132,8 @@ class CausalLM(_LanguageModel):
     def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
         from normzoo.data.examples import BlockData
 
-        return BlockData(prepared.table(role, "text").tokens, recipe.data.max_len)
+        table = prepared.table(role, "text")  # its offsets: the line each token is in
+        return BlockData(table.tokens, recipe.data.max_len, table.offsets)
 
     def _stream_collate(self, datamodule: Any) -> Callable:
         from normzoo.data.examples import collate_blocks

@@ -28,6 +28,7 @@ class Translation(Task):
     evaluate_options: ClassVar[frozenset[str]] = frozenset(
         {"--beam", "--lenpen", "--bf16", "--hyps", "--ref", "--force"})
     compared_by = "hypotheses"
+    compared_score = ("bleu", "max", "BLEU")
 
     def monitored(self, recipe: Recipe) -> tuple[str, str]:
         """BLEU where validation decodes it (``eval.valid_bleu``), else the validation loss."""
@@ -91,6 +92,43 @@ class Translation(Task):
         from normzoo.tasks.translation.evaluate import evaluate
 
         return evaluate(loaded, request)
+
+    def example_outputs(self, run_dir: Path, recipe: dict[str, Any],
+                        data_dir: Path | None = None) -> Any:
+        """The test translations (``hyps.<split>.txt``) against the references: per sentence,
+        sacreBLEU's statistics (corpus BLEU from their sums); a sentence's key is its
+        hypothesis where it differs from the reference (two good seeds both translating a
+        sentence right is no sign of a copy), else None."""
+        from normzoo.verdicts.outputs import ExampleOutputs
+        from normzoo.verdicts.scores import bleu_score, bleu_stats
+
+        split = str((recipe.get("data") or {}).get("test_split") or "test")
+        hyps_file = run_dir / f"hyps.{split}.txt"
+        if not hyps_file.is_file():
+            return None
+        from normzoo.data.sources import decode_lines
+
+        hyps = decode_lines(hyps_file.read_bytes(), str(hyps_file))
+        references = self.references(recipe, split, data_dir)
+        if len(hyps) != len(references):
+            from normzoo.errors import NormzooError
+
+            raise NormzooError(f"{hyps_file} holds {len(hyps)} translations for "
+                               f"{len(references)} references of {split}: not this test set")
+        keys = [h if h != r else None for h, r in zip(hyps, references, strict=True)]
+        return ExampleOutputs(bleu_stats(hyps, references), bleu_score, keys)
+
+    def references(self, recipe: dict[str, Any], split: str, data_dir: Path | None) -> list[str]:
+        """A split's references as the run's saved recipe reads them (``data_dir``: where a
+        ``files`` corpus is now). Only the data section is read: a run trained before a key
+        elsewhere was renamed is still scored."""
+        from normzoo.data.sources import load_parallel
+        from normzoo.recipe import DataConfig
+
+        data = DataConfig.model_validate(recipe.get("data") or {})
+        if data_dir is not None:
+            data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
+        return load_parallel(data, split, data.valid_limit)[1]
 
     def card(self, recipe: Recipe, hf: Any | None) -> Card:
         data = recipe.data

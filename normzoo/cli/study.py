@@ -1,0 +1,80 @@
+"""``normzoo study``: a study file's cells trained (``run``) and its verdict page written
+(``report``). Training code loads inside the commands, never at import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from normzoo.cli.common import check_output_folder, file_system_failures, user_errors
+from normzoo.cli.sweep import Launcher
+
+app = typer.Typer(help="Run a study file's grid over seeds, and write its verdict page.",
+                  no_args_is_help=True)
+
+
+@app.command("run")
+@user_errors
+def run(
+    study: Path = typer.Argument(..., help="Study YAML file."),
+    out: Path = typer.Option(None, metavar="DIR", help="Where the cells train (default: the "
+                             "study's `out`, else runs/study-NAME)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, metavar="N",
+                             help="Cells running at once (as normzoo sweep --jobs)."),
+    launcher: Launcher = typer.Option(Launcher.local, help="Where cells run: this machine, or "
+                                      "SLURM jobs (through submitit)."),
+    slurm_partition: str = typer.Option(None, metavar="NAME",
+                                        help="SLURM partition of each cell's job."),
+    slurm_time: int = typer.Option(24 * 60, min=1, metavar="MINUTES",
+                                   help="SLURM time limit per cell."),
+    slurm_gpus: int = typer.Option(0, min=0, metavar="N", help="GPUs per cell's SLURM job."),
+    slurm_cpus: int = typer.Option(4, min=1, metavar="N", help="CPUs per cell's SLURM job."),
+) -> None:
+    """Train every cell of the study (every part, setting and seed); finished cells are kept
+    and interrupted ones resume, so run it again any number of times."""
+    from normzoo.study.running import run_study
+    from normzoo.study.spec import load_study
+    from normzoo.sweep.slurm import Slurm
+
+    found = load_study(study)
+    if out is not None:
+        check_output_folder(out, "--out")
+    slurm = Slurm(partition=slurm_partition, time_min=slurm_time, gpus=slurm_gpus,
+                  cpus=slurm_cpus)
+    with file_system_failures():
+        run_study(found, jobs=jobs, launcher=launcher.value, slurm=slurm, out=out,
+                  echo=typer.echo)
+    typer.echo(f"every cell of {study} has run; its page: normzoo study report {study}")
+
+
+@app.command("report")
+@user_errors
+def report(
+    study: Path = typer.Argument(..., help="Study YAML file."),
+    runs: Path = typer.Option(None, "--from", metavar="DIR", help="Where the cells are "
+                              "(default: where `study run` trains them)."),
+    out: Path = typer.Option(None, metavar="DIR", help="Where the page goes (default: the "
+                             "runs' folder): index.md, its figures, verdicts.json."),
+    data_dir: Path = typer.Option(None, metavar="DIR", help="Where the recipes' data files "
+                                  "are now (references for translation)."),
+    samples: int = typer.Option(1000, min=100, metavar="N",
+                                help="Resamples of the example-level test."),
+) -> None:
+    """Judge every comparison of the study over the seeds that have finished, and write the
+    page (index.md), its figures and verdicts.json; unfinished cells are listed as missing."""
+    from normzoo.study.report import PAGE, VERDICTS
+    from normzoo.study.report import report as write_report
+    from normzoo.study.spec import load_study
+
+    found = load_study(study)
+    if out is not None:
+        check_output_folder(out, "--out")
+    with file_system_failures():
+        parts = write_report(found, runs, out, data_dir, samples)
+    folder = out or runs or found.out
+    for part in parts:
+        for row in part.rows:
+            typer.echo(f"{part.name}: {row['system_setting']} vs {row['baseline_setting']}: "
+                       f"{row['verdict']}")
+    typer.echo(f"wrote {folder / PAGE} and {folder / VERDICTS}")
