@@ -31,7 +31,7 @@ def _json(path: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
+def rows_of(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
         return []
     with open(path, newline="", encoding="utf-8") as f:
@@ -98,17 +98,17 @@ class Cell:
     def losses(self) -> list[dict[str, str]]:
         """Rows with ``step``, ``train_loss``, ``val_loss``, ``train_time``."""
         if (self.folder / LOSS_COPY).is_file():
-            return _rows(self.folder / LOSS_COPY)
+            return rows_of(self.folder / LOSS_COPY)
         return [{"step": r.get("step", ""), "train_loss": r.get("train/loss", ""),
                  "val_loss": r.get("val/loss", ""), "train_time": r.get("train/time", "")}
-                for r in _rows(self.folder / METRICS)]
+                for r in rows_of(self.folder / METRICS)]
 
     def curve(self, column: str) -> list[tuple[int, float]]:
         return [(int(float(r["step"])), v) for r in self.losses()
                 if r.get("step") and (v := number(r.get(column))) is not None]
 
     def diagnose(self) -> list[dict[str, str]]:
-        return _rows(self.folder / "diagnose.csv")
+        return rows_of(self.folder / "diagnose.csv")
 
     def score(self, score: Score, task: Any) -> float | None:
         """The cell's value of ``score`` (None: not recorded, or the cell did not finish)."""

@@ -118,13 +118,20 @@ def _named(part: PartResult, setting: dict[str, Any], same: bool) -> str:
 def report(study: Study, runs: Path | None = None, out: Path | None = None,
            data_dir: Path | None = None, samples: int = 1000) -> list[PartResult]:
     """Judge every part's comparisons, write ``verdicts.json``, the figures and the page into
-    ``out`` (default: the study's run folder), and return what was judged."""
+    ``out`` (default: the study's run folder), and return what was judged. An ``out`` apart
+    from the runs gets a copy of the cells it reads (:mod:`.collect`), read from there."""
     from normzoo.study import figures, page
     from normzoo.verdicts.rule import holm_over
 
     runs = runs or study.out
     out = out or runs
     out.mkdir(parents=True, exist_ok=True)
+    if out.resolve() != runs.resolve() and (out / "data").resolve() != runs.resolve():
+        from normzoo.study.collect import copy_part
+
+        for name in study.parts:  # the page is rebuilt from its copy: --from OUT/data
+            copy_part(runs / name, out / "data" / name)
+        runs = out / "data"
     parts = [read_result(name, part, runs / name) for name, part in study.parts.items()]
     by_name = {p.name: p for p in parts}
     for result in parts:

@@ -144,7 +144,9 @@ class Study(pydantic.BaseModel):
     file: Path
 
 
-PART_KEYS = {f.alias or name for name, f in Part.model_fields.items()} - {"comparisons"}  # a part's own, or the one part's
+# A part's keys (a top-level one is every part's default); `comparisons` is the one part's, or,
+# with parts, the study's own.
+PART_KEYS = {f.alias or name for name, f in Part.model_fields.items()} - {"comparisons"}
 
 
 def _across(study: Study) -> list[Problem]:
