@@ -161,7 +161,8 @@ def read_part(part: Part, folder: Path) -> PartCells:
         if not record:
             continue
         key = tuple(_name(record.get(k, "")) for k in part.grid)
-        if key not in wanted:
+        # A cell of another sweep in the same folder sets other axes (recipe keys are dotted).
+        if key not in wanted or {k for k in record if "." in k} != set(part.grid):
             stray.append(cell_dir)
             continue
         cell = Cell(cell_dir, record, "", status)

@@ -29,7 +29,7 @@ def _prose(path: Path | None) -> list[str]:
 
 
 def render(study: Study, parts: list[PartResult], drawn: dict[str, dict[str, str]],
-           runs: Path) -> str:
+           runs: Path, own: list[str] = ()) -> str:
     from normzoo.study.results import missing_cells
 
     lines = [f"# {study.name}", "", f"> {study.question}", "",
@@ -52,7 +52,7 @@ def render(study: Study, parts: list[PartResult], drawn: dict[str, dict[str, str
             lines += [f"### Figures: {part.part.title or part.name}", ""]
             lines += [f"![{what} of {part.name}]({name})" for what, name in figures.items()]
             lines.append("")
-    lines += _prose(study.notes)
+    lines += [*own, *_prose(study.notes)]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -68,7 +68,8 @@ def _how(part: PartResult, study: Study, runs: Path) -> list[str]:
     overrides = ", ".join(f"`{k}={value_text(v)}`" for k, v in part.part.overrides.items())
     grid = "; ".join(f"`{k}`: {', '.join(value_text(v) for v in vs)}"
                      for k, vs in part.part.grid.items()) or "none"
-    lines = [f"**{part.part.title or part.name}** (`{runs / part.name}`): recipe "
+    folder = part.part.folder or part.name
+    lines = [f"**{part.part.title or part.name}** (cells in `{folder}/`): recipe "
              f"`{part.part.recipe.name}`" + (f" with {overrides}" if overrides else "")
              + f"; grid {grid}; seeds {', '.join(map(str, part.part.seeds))}; "
              f"{part.task.name}, compared on " + "; ".join(

@@ -129,10 +129,11 @@ def report(study: Study, runs: Path | None = None, out: Path | None = None,
     if out.resolve() != runs.resolve() and (out / "data").resolve() != runs.resolve():
         from normzoo.study.collect import copy_part
 
-        for name in study.parts:  # the page is rebuilt from its copy: --from OUT/data
+        for name in {p.folder or n for n, p in study.parts.items()}:  # rebuilt from the copy
             copy_part(runs / name, out / "data" / name)
         runs = out / "data"
-    parts = [read_result(name, part, runs / name) for name, part in study.parts.items()]
+    parts = [read_result(name, part, runs / (part.folder or name))
+             for name, part in study.parts.items()]
     by_name = {p.name: p for p in parts}
     for result in parts:
         result.rows = [judge((result, pair.baseline), (result, pair.system), score,
@@ -152,5 +153,24 @@ def report(study: Study, runs: Path | None = None, out: Path | None = None,
         {"study": study.name, "question": study.question, "alpha": study.alpha,
          "missing": {p.name: missing_cells(p) for p in parts}, "comparisons": rows},
         indent=2, default=str) + "\n", "study verdicts")
-    atomic_write_text(out / PAGE, page.render(study, parts, drawn, runs), "study page")
+    own = [line for section in study.sections for line in own_section(study, section, parts,
+                                                                      out)]
+    atomic_write_text(out / PAGE, page.render(study, parts, drawn, runs, own), "study page")
     return parts
+
+
+def own_section(study: Study, section: str, parts: list[PartResult], out: Path) -> list[str]:
+    """One of the study's own sections (``FILE.py:function``), as Markdown lines."""
+    import importlib.util
+
+    from normzoo.errors import ConfigError, Problem
+
+    file, _, function = section.partition(":")
+    path = study.file.resolve().parent / file
+    spec = importlib.util.spec_from_file_location(f"normzoo_study_{path.stem}", path)
+    if spec is None or spec.loader is None or not path.is_file() or not function:
+        raise ConfigError([Problem("sections", f"{section}: give FILE.py:function, the file "
+                                   "relative to the study file")], "invalid study")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [*getattr(module, function)(study, parts, out).rstrip().splitlines(), ""]

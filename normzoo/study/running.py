@@ -15,7 +15,7 @@ from normzoo.study.spec import SEED, Part, Study, value_text
 
 
 def part_folder(study: Study, part: str, out: Path | None = None) -> Path:
-    return (out or study.out) / part
+    return (out or study.out) / (study.parts[part].folder or part)
 
 
 def sweep_axes(part: Part) -> list[str]:

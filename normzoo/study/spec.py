@@ -79,6 +79,9 @@ class Part(pydantic.BaseModel):
     margin: float | None = pydantic.Field(None, gt=0, allow_inf_nan=False)
     diagnose: bool = False
     title: str = ""
+    #: The part's folder under the study's runs (default: its name); two parts may share one,
+    #: each reading the cells of its own axes.
+    folder: str | None = None
 
     @pydantic.field_validator("baseline", mode="before")
     @classmethod
@@ -141,6 +144,10 @@ class Study(pydantic.BaseModel):
     comparisons: list[Comparison] = []
     intro: Path | None = None
     notes: Path | None = None
+    #: Sections of the study's own, ``FILE.py:function`` (relative to the study file): each is
+    #: called with the study, its judged parts and the page's folder, and returns Markdown put
+    #: after the verdicts (what is particular to one study: a table from elsewhere, a figure).
+    sections: list[str] = []
     file: Path
 
 
