@@ -1,3 +1,3 @@
-"""The studies: sweeps that produce the science the documentation reports (docs/study-depth.md,
-docs/study-llama.md, docs/precision.md), each planned, collected and rendered by its own package
-here; README.md says which command does what. The speed and memory benchmarks are benchmarks/'s."""
+"""The shipped studies' own code: what a study's page says beyond the generic report of
+``normzoo study report`` (its ``sections``), and the depth study's eval-gap measurement. The
+studies themselves are the ``*.yaml`` study files beside this package; README.md lists them."""

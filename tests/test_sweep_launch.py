@@ -15,7 +15,6 @@ import yaml
 from tiny import tiny
 
 from normzoo.sweep import launch
-from normzoo.sweep.bootstrap import NAME as HIERARCHICAL
 from normzoo.sweep.cell_job import CellJob
 from normzoo.sweep.local import GpuShare, _StopSignals, threads_per_job
 from normzoo.sweep.slurm import Slurm
@@ -454,36 +453,6 @@ def test_submitits_signal_checkpoints_the_current_step_and_requeues_the_cell(
     assert requeues == [3]
 
 
-def test_paired_bootstrap_is_sacrebleus_and_tells_a_real_difference_from_none():
-    import random
-
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
-    from normzoo.inference.scoring import paired_bootstrap
-
-    rng = random.Random(0)
-    words = ["the", "a", "cat", "dog", "sat", "ran", "on", "in", "mat", "park", "big", "small",
-             "red"]
-    refs = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(200)]
-
-    def noisy(keep: float) -> list[str]:
-        return [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split())
-                for r in refs]
-
-    weak, strong, also_weak = noisy(0.5), noisy(0.8), noisy(0.5)
-    result = paired_bootstrap(weak, strong, refs)
-    assert result.system_bleu > result.baseline_bleu and result.p_value < 0.05
-    assert paired_bootstrap(weak, also_weak, refs).p_value > 0.05
-    # The very numbers sacreBLEU's own test gives (same seed, same resamples).
-    _, direct = PairedTest([("b", weak), ("s", strong)], {"BLEU": BLEU()}, references=[refs],
-                           test_type="bs", n_samples=1000)()
-    assert result.p_value == direct["BLEU"][1].p_value
-    assert "bs:1000" in result.signature
-    with pytest.raises(ValueError, match="references"):
-        paired_bootstrap(weak[:3], strong, refs)
-
-
 def test_results_name_the_compare_command_for_each_setting_against_the_first(tmp_path: Path):
     """The means over seeds are not a test: results.md ends with the ``normzoo compare`` line
     that judges each setting against the first on their finished cells, and it parses."""
@@ -525,15 +494,16 @@ def test_results_give_mean_and_sd_over_seeds_per_setting():
     # the seeds averaged (one: no spread), then how many diverged and failed
     assert "| 1 | 1 | 1 | 18.00 | 3.5000 |" in pre
     assert over_seeds(rows, ["model.residual"]) == []
-    # a language model's test loss, last: a column of its own
+    # a language model's test loss, first: the task's scores, whichever they are, lead
     lm = [{"model.residual": "pre", "seed": s, "status": "ok", "test_loss": v, "steps": 800}
           for s, v in (("1", 4.02), ("2", 4.05), ("3", 4.04))]
     lines = over_seeds(lm, ["model.residual", "seed"])
-    assert lines[3].endswith("| steps | test loss |")
-    assert lines[-1].endswith("| 800 ± 0 | 4.0367 ± 0.0153 |")
+    assert lines[3].endswith("| failed | test loss | validation metric | final train loss | "
+                             "steps |")
+    assert lines[-1].endswith("| 4.0367 ± 0.0153 |  |  | 800 ± 0 |")
 
 
-def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, monkeypatch):
+def test_compare_runs_at_the_command_line(tmp_path: Path, monkeypatch):
     from typer.testing import CliRunner
 
     from normzoo.cli import app
@@ -553,31 +523,28 @@ def test_compare_runs_by_paired_bootstrap_at_the_command_line(tmp_path: Path, mo
     import json
 
     report = json.loads(result.output)
-    assert 0.0 <= report["p_value"] <= 1.0 and "bs:1000" in report["signature"]
-    assert report["sentences"] == 4  # tiny's valid_limit: the test split it translated
+    assert report["score"] == "test bleu" and report["split"] == "test"
+    assert report["example_p"] is None or 0.0 <= report["example_p"] <= 1.0
     same = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[0])])
-    assert same.exit_code == 0 and "identical translations: no difference" in same.output
-    # Two seeds a side: translations and references concatenated, paired in order.
-    pooled = runner.invoke(app, ["compare", "-b", str(runs[0]), "-b", str(runs[1]),
-                                 "-s", str(runs[1]), "-s", str(runs[0]), "--json"])
-    assert json.loads(pooled.output)["sentences"] == 8
-    # Any number of runs a side: Welch's t-test takes them all, the bootstrap pairs the first.
+    assert same.exit_code == 0 and "identical outputs: no difference" in same.output
+    # Any number of runs a side: Welch's t-test takes them all.
     uneven = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1]),
                                  "-s", str(runs[0]), "--json"])
     assert uneven.exit_code == 0, uneven.output
     report = json.loads(uneven.output)
-    assert report["pairs"] == 1 and len(report["system_seed_bleu"]) == 2
+    assert len(report["system"]["scores"]) == 2
     assert report["verdict"] in ("not shown", "indicated")  # one run a side at most
     (runs[1] / "hyps.test.txt").unlink()
+    (runs[1] / "summary.json").unlink()
     missing = runner.invoke(app, ["compare", "-b", str(runs[0]), "-s", str(runs[1])])
-    assert missing.exit_code == 2 and "has no test translations" in missing.output
+    assert missing.exit_code == 2 and "has no test bleu" in missing.output
     assert "Traceback" not in missing.output
 
 
 def _translation_run(run_dir: Path, hypotheses: list[str], seed: int = 1, **settings) -> Path:
     """A finished tiny translation run as ``normzoo compare`` reads it: the resolved recipe
     (tiny's, with ``settings``) and the test translations, written as the final test writes
-    them."""
+    them (no summary: compare scores the translations themselves)."""
     from normzoo.recipe import from_dict
 
     run_dir.mkdir(parents=True)
@@ -595,41 +562,37 @@ def _test_references() -> list[str]:
     return load_parallel(data, data.test_split, data.valid_limit)[1]
 
 
-def test_compare_says_which_run_scores_higher_and_what_pooled_seeds_test(tmp_path: Path,
-                                                                         monkeypatch):
+def test_compare_says_which_run_scores_higher_and_tests_both_ways(tmp_path: Path,
+                                                                  monkeypatch):
     import json
 
-    from normzoo.sweep.compare import compare_runs, format_comparison, to_json
+    from normzoo.verdicts.runs import compare_runs, format_comparison
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()
     good = _translation_run(tmp_path / "good", refs)
     poor = _translation_run(tmp_path / "poor", [" ".join(r.split()[:-1]) for r in refs])
-    # sacreBLEU's p-value is two-sided (|difference|): the same either way round, so the
-    # direction is the sign of the difference, said in words.
+    # The example-level p-value is two-sided: the same either way round, so the direction
+    # is the sign of the difference, said in words.
     up, down = compare_runs([poor], [good]), compare_runs([good], [poor])
-    assert up["p_value"] == down["p_value"]
-    assert "the system scores higher: +" in format_comparison(up)
-    assert "the baseline scores higher: the system is -" in format_comparison(down)
-    assert "two-sided" in format_comparison(up)
-    report = json.loads(to_json(down))
-    assert report["better"] == "baseline" and report["difference"] < 0
-    assert report["p_value_two_sided"] is True
+    assert up["example_p"] == down["example_p"]
+    assert "the system is better (higher test bleu): the system is +" in format_comparison(up)
+    assert "the baseline is better (higher test bleu): the system is -" in format_comparison(
+        down)
+    assert "two-sided p = " in format_comparison(up)
+    report = json.loads(json.dumps(down, default=str))
+    assert report["better_side"] == "baseline" and report["difference"] < 0
     one = format_comparison(up)
-    assert "one run a side" in one and "Welch's t-test needs two runs a side" in one
-    # One seed a side is never shown: the bootstrap cannot see what another seed would give.
+    assert "1 run, test bleu" in one and "nothing to test (fewer than two runs a side" in one
+    # One seed a side is never shown: the example test cannot see what another seed gives.
     assert up["verdict"] != "shown" and "one seed a side" in up["reason"]
-    # Another seed translates otherwise (a copy of a run is refused: not another seed's work).
     poor2 = _translation_run(tmp_path / "poor2", [" ".join(r.split()[1:]) for r in refs], seed=2)
     good2 = _translation_run(tmp_path / "good2", [refs[0] + " x", *refs[1:]], seed=2)
     pooled = compare_runs([poor, poor2], [good, good2])
-    assert pooled["sentences"] == 8 and pooled["sentence_test"] == HIERARCHICAL
     text = format_comparison(pooled)
-    assert f"sentences: {HIERARCHICAL} over 2 runs a side paired seed with seed" in text
-    assert "seeds: paired t-test (the same seeds on both sides) on the runs' BLEU" in text
+    assert pooled["paired"] and "seeds: paired t-test (the same seeds on both sides)" in text
     assert pooled["verdict"] != "shown" and "2 seeds a side" in pooled["reason"]
-    unpaired = format_comparison(compare_runs([poor, poor2], [good]))
-    assert "seeds: Welch's t-test needs two runs a side" in unpaired
+    assert not compare_runs([poor, poor2], [good])["paired"]
 
 
 def test_compare_refuses_one_seed_counted_twice_on_a_side(tmp_path: Path, monkeypatch):
@@ -654,21 +617,20 @@ def test_compare_refuses_one_seed_counted_twice_on_a_side(tmp_path: Path, monkey
     assert seeds.exit_code == 2, seeds.output
     assert f"{good} and {copy} are both seed 1" in seeds.output
     across = runner.invoke(app, ["compare", "-b", str(good), "-s", str(good)])
-    assert across.exit_code == 0 and "identical translations" in across.output
+    assert across.exit_code == 0 and "identical outputs" in across.output
 
 
 def test_compare_notes_runs_of_a_side_that_differ_in_more_than_their_seed(tmp_path: Path,
                                                                            monkeypatch):
     """A side is one setting: runs that differ in, say, their beam or residual are named in a
     note beside the verdict; their seed, run folder, data folder and device are not."""
-    from normzoo.sweep.compare import compare_runs, format_comparison
+    from normzoo.verdicts.runs import compare_runs, format_comparison
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()
     poor = [" ".join(r.split()[:-1]) for r in refs]
     base = [_translation_run(tmp_path / f"base{seed}", [poor[0] + " x" * (seed - 1), *poor[1:]],
-                             seed=seed, data={"dir": str(tmp_path / f"data{seed}")})
-            for seed in (1, 2)]
+                             seed=seed) for seed in (1, 2)]
     other = [_translation_run(tmp_path / "sys1", refs, seed=1),
              _translation_run(tmp_path / "sys2", [refs[0] + " x", *refs[1:]], seed=2,
                               eval={"beam": 3},
@@ -688,7 +650,7 @@ def test_compare_reads_runs_whose_recipes_hold_keys_since_removed(tmp_path: Path
     with ``model.bias_scope`` (removed since), and compare refused them as an invalid recipe."""
     import yaml
 
-    from normzoo.sweep.compare import compare_runs
+    from normzoo.verdicts.runs import compare_runs
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()
@@ -698,7 +660,8 @@ def test_compare_reads_runs_whose_recipes_hold_keys_since_removed(tmp_path: Path
     (old / "recipe.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     new = _translation_run(tmp_path / "new", refs, seed=2)
     result = compare_runs([old], [new])
-    assert result["identical"] and result["baseline_seed_bleu"] == [100.0]
+    assert result["example_note"].startswith("identical outputs")
+    assert result["baseline"]["scores"] == [100.0]
 
 
 def _lm_run(run_dir: Path, loss: float | None, seed: int) -> Path:
@@ -713,15 +676,15 @@ def _lm_run(run_dir: Path, loss: float | None, seed: int) -> Path:
                             model={"family": "decoder", "encoder_layers": 0}))
     (run_dir / "recipe.yaml").write_text(recipe.to_yaml(), encoding="utf-8")
     test = {} if loss is None else {"test": {"split": "test", "loss": loss}}
-    (run_dir / "summary.json").write_text(json.dumps({"status": "completed", **test}),
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed", **test,
+                                                      "machine": {"device": "cpu"}}),
                                           encoding="utf-8")
     return run_dir
 
 
 def test_compare_judges_language_models_on_their_test_loss(tmp_path: Path):
-    """A language model's runs keep no per-sentence losses: Welch's t-test over the seeds
-    decides alone, and the lower test loss is the better. compare refused them before ("compare
-    scores translations")."""
+    """Runs that kept no per-sentence losses: the seeds' t-test decides alone, and the lower
+    test loss is the better."""
     import json
 
     from typer.testing import CliRunner
@@ -736,10 +699,11 @@ def test_compare_judges_language_models_on_their_test_loss(tmp_path: Path):
     result = runner.invoke(app, ["compare", *args])
     assert result.exit_code == 0, result.output
     assert "baseline: 3 runs, test loss 4.0333 ± 0.0153" in result.output
-    assert "the system has the lower test loss: the system is -0.2433 nats/token" in result.output
+    assert "the system is better (lower test loss): the system is -0.2433 nats/token" in \
+        result.output
     assert "shown: the seeds' test below 0.05" in result.output
     report = json.loads(runner.invoke(app, ["compare", *args, "--json"]).output)
-    assert report["better"] == "system" and report["verdict"] == "shown"
+    assert report["better_side"] == "system" and report["verdict"] == "shown"
     one = runner.invoke(app, ["compare", "-b", str(base[0]), "-s", str(lower[0])])
     assert one.exit_code == 0 and "not shown" in one.output and "one seed a side" in one.output
     unfinished = _lm_run(tmp_path / "unfinished", None, 4)
@@ -756,13 +720,12 @@ def test_compare_reads_a_translation_holding_a_unicode_line_separator_as_one_lin
         tmp_path: Path, monkeypatch):
     # str.splitlines() also splits at U+2028, U+0085 and friends; the run wrote one
     # translation per "\n" (and so did the references): split there only.
-    from normzoo.sweep import compare
+    from normzoo.verdicts.runs import compare_runs
 
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     refs = _test_references()
     odd = [refs[0].replace(" ", "\u2028", 1), refs[1] + "\x85", *refs[2:]]
     base = _translation_run(tmp_path / "base", refs)
     other = _translation_run(tmp_path / "other", odd)
-    result = compare.compare_runs([base], [other])  # was: "not the same test set" (6 lines)
-    assert result["sentences"] == len(refs) == 4 and not result["identical"]
-    assert compare.read_hypotheses(other / "hyps.test.txt") == odd
+    result = compare_runs([base], [other])  # was: "not the same test set" (6 lines)
+    assert result["example_test"] is not None and result["baseline"]["scores"] == [100.0]

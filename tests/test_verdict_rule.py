@@ -43,7 +43,7 @@ def test_a_clear_difference_over_three_distinct_seeds_is_shown():
     row = compare(*_sides())
     assert row["verdict"] == "shown", row["reason"]
     assert row["paired"] and row["example_p"] < 0.05 and row["seed_p"] < 0.05
-    assert row["rule_p"] == max(row["seed_p"], row["example_p"])
+    assert row["rule_p"] == row["example_p"]  # the example-level test decides
 
 
 def _copy(run: Run, label: str, seed: str, changed: float) -> Run:

@@ -1,10 +1,8 @@
-"""``normzoo compare``: whether one setting's test BLEU beats another's beyond chance, over the
-seeds (a t-test on the runs' BLEU: paired where both sides ran the same seeds, else Welch's) and
-over the sentences (a hierarchical paired bootstrap: seeds, then sentences; on one run a side,
-``sacrebleu --paired-bs``); for language models, whether its test loss is lower over the seeds
-(:mod:`normzoo.sweep.lm_comparison`).
+"""``normzoo compare``: whether one setting's test score beats another's beyond chance, over the
+seeds and over the test set's examples, for any task (:mod:`normzoo.verdicts.runs`, under the
+rule of :mod:`normzoo.verdicts.rule`).
 
-sacreBLEU loads inside the command, never at import.
+numpy, scipy and sacreBLEU load inside the command, never at import.
 """
 
 from __future__ import annotations
@@ -27,37 +25,31 @@ def compare(
                                       "seed where the seeds match, else in order)."),
     data_dir: Path = typer.Option(None, metavar="DIR",
                                   help="Where the recipes' data files are now."),
-    samples: int = typer.Option(1000, min=10, metavar="N",
-                                help="Bootstrap resamples (at least 10)."),
+    samples: int = typer.Option(1000, min=100, metavar="N",
+                                help="Resamples of the example-level test (at least 100)."),
     margin: float = typer.Option(None, min=0.0, metavar="M", callback=finite,
-                                 help="Also test whether the two are equal within ± M (BLEU, "
-                                 "or nats/token for language models): two one-sided tests "
-                                 "over the seeds. Without it, nothing is called equal."),
+                                 help="Also test whether the two are equal within ± M (in the "
+                                 "score's unit: BLEU, accuracy, nats/token): two one-sided "
+                                 "tests over the seeds. Without it, nothing is called equal."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Compare the SYSTEM runs with the BASELINE runs (one per seed) on their test scores.
+    """Compare the SYSTEM runs with the BASELINE runs (one per seed) on the task's test score
+    (BLEU, a classifier's accuracy, a language model's loss).
 
-    Says which setting scores higher, and whether that is shown. Translation: a t-test on the
-    runs' BLEU (the seeds' noise; paired when both sides ran the same seeds, else Welch's) and
-    the hierarchical bootstrap of their translations (seeds, then sentences) both below 0.05.
-    Language models: the t-test on the runs' test loss below 0.05 (a classifier: on its test
-    accuracy). Either with three runs a
-    side or more, one precision and one device kind; otherwise a difference is at most
-    indicated. Runs of a side with identical translations (or test losses) are refused. A
-    difference not shown is no finding of equality: --margin M tests that (two one-sided
-    tests), held to the same rule."""
-    from normzoo.sweep.compare import compare_runs, format_comparison, run_task, to_json
+    Says which setting scores better, and whether that is shown: the seeds' t-test (paired
+    when both sides ran the same seeds, else Welch's) and the example-level test (a two-sided
+    hierarchical bootstrap of the runs' per-example test outputs: seeds, then examples) both
+    below 0.05, with three runs a side or more, every run's precision and device recorded and
+    one of each; otherwise it is at most indicated, and the reason says why. Runs that are not
+    distinct work (one seed twice, two runs of one training, outputs that agree beyond what
+    two seeds ever do) are refused. A difference not shown is no finding of equality: --margin
+    M tests that (two one-sided tests), held to the same rule."""
+    import json
+
+    from normzoo.verdicts.runs import compare_runs, format_comparison
 
     if margin is not None and margin <= 0:
         raise typer.BadParameter("must be above 0", param_hint="--margin")
-    from normzoo.tasks import task_of
-
-    if task_of(run_task([*baseline, *system])).compared_by == "hypotheses":
-        result = compare_runs(baseline, system, data_dir, samples, margin)
-        typer.echo(to_json(result) if as_json else format_comparison(result))
-        return
-    from normzoo.sweep.lm_comparison import compare_lm_runs, format_lm_comparison, lm_json
-
-    result = compare_lm_runs(baseline, system, margin,
-                             task_of(run_task([*baseline, *system])).compared_score)
-    typer.echo(lm_json(result) if as_json else format_lm_comparison(result))
+    result = compare_runs(baseline, system, data_dir, samples, margin)
+    typer.echo(json.dumps(result, indent=2, default=str) if as_json
+               else format_comparison(result))

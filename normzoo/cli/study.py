@@ -75,6 +75,8 @@ def report(
     folder = out or runs or found.out
     for part in parts:
         for row in part.rows:
-            typer.echo(f"{part.name}: {row['system_setting']} vs {row['baseline_setting']}: "
+            where = "" if row["across_parts"] else f"{row['part']}: "
+            typer.echo(f"{where}{row['system_setting']} vs {row['baseline_setting']} "
+                       f"({row['score']}): "
                        f"{row['verdict']}")
     typer.echo(f"wrote {folder / PAGE} and {folder / VERDICTS}")

@@ -85,8 +85,10 @@ class Cell:
 
     @property
     def precision(self) -> str:
-        """The precision it trained in (its saved recipe's); empty where none is recorded."""
-        return str((self.recipe.get("trainer") or {}).get("precision") or "")
+        """The precision it trained in (its saved recipe's, else its record's where the sweep
+        set it); empty where none is recorded."""
+        return str((self.recipe.get("trainer") or {}).get("precision")
+                   or self.record.get("trainer.precision") or "")
 
     @property
     def identity(self) -> str | None:
@@ -145,8 +147,31 @@ class PartCells:
         return [c for c in self.cells.get(index, []) if c.status == "ok"]
 
 
-def read_part(part: Part, folder: Path) -> PartCells:
-    """Every cell of ``folder`` matched to the part's settings and seeds."""
+# Where a cell ran, not what it trained, and paths (saved resolved, given relative): a copied or
+# moved cell may record them otherwise.
+WHERE = ("run.", "data.dir", "data.num_workers", "init.from", "trainer.accelerator",
+         "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.progress_bar")
+
+
+def saved(recipe: dict[str, Any], key: str) -> Any:
+    """A dotted key's value in a saved recipe (None where it has none)."""
+    found: Any = recipe
+    for name in key.split("."):
+        found = found.get(name) if isinstance(found, dict) else None
+    return found
+
+
+def contradicts(cell: Cell, overrides: dict[str, Any]) -> bool:
+    """Whether the cell's saved recipe sets one of the part's overrides otherwise: another
+    sweep's cell in a shared folder (the same setting and seed in another precision)."""
+    return any(not key.startswith(WHERE) and (value := saved(cell.recipe, key)) is not None
+               and value_text(value) != value_text(wanted)
+               for key, wanted in overrides.items())
+
+
+def read_part(part: Part, folder: Path, recipe_seed: int | None = None) -> PartCells:
+    """Every cell of ``folder`` matched to the part's settings and seeds (``recipe_seed``: the
+    seed of a cell whose record and recipe name none, that of the part's recipe)."""
     settings = part.settings()
     wanted = [tuple(_name(s[k]) for k in part.grid) for s in settings]
     by_setting: dict[int, list[Cell]] = {}
@@ -166,8 +191,8 @@ def read_part(part: Part, folder: Path) -> PartCells:
             stray.append(cell_dir)
             continue
         cell = Cell(cell_dir, record, "", status)
-        cell.seed = str(record.get(SEED) or cell.recipe.get(SEED) or "")
-        if cell.seed not in {str(s) for s in part.seeds}:
+        cell.seed = str(record.get(SEED) or cell.recipe.get(SEED) or recipe_seed or "")
+        if cell.seed not in {str(s) for s in part.seeds} or contradicts(cell, part.overrides):
             stray.append(cell_dir)
             continue
         by_setting.setdefault(wanted.index(key), []).append(cell)

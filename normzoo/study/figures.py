@@ -46,17 +46,43 @@ def _band(runs: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], 
 def curves(part: PartResult) -> Figure | None:
     """Validation loss against the update, one line per setting (the seeds' mean) in the band
     from its lowest to its highest seed."""
+    return curves_of([(setting_text(setting), part.cells.finished(index))
+                      for index, setting in enumerate(part.cells.settings)],
+                     part.part.title or part.name)
+
+
+def across(baseline: tuple[PartResult, dict], system: tuple[PartResult, dict],
+           out: Path) -> str | None:
+    """The curves of a comparison across two parts, both sides in one figure; its file name."""
+    groups = []
+    for result, setting in (baseline, system):
+        own = {k: v for k, v in setting.items() if k != "part"}
+        index = result.cells.settings.index(own)
+        groups.append((result.name + (f" ({setting_text(own)})" if own else ""),
+                       result.cells.finished(index)))
+    figure = curves_of(groups, f"{groups[1][0]} against {groups[0][0]}")
+    if figure is None:
+        return None
+    name = f"curves-{system[0].name}-vs-{baseline[0].name}.png"
+    FigureCanvasAgg(figure)
+    save_figure(figure, out / name)
+    return name
+
+
+def curves_of(groups: list[tuple[str, list[Any]]], title: str) -> Figure | None:
+    """One line per group of cells (the seeds' mean of their validation loss), in the band
+    from the lowest to the highest seed."""
     figure = Figure(figsize=(7, 4.2), layout="constrained")
     axes = figure.add_subplot()
     drawn = False
-    for index, setting in enumerate(part.cells.settings):
-        runs = [c.curve("val_loss") for c in part.cells.finished(index)]
+    for text, cells in groups:
+        runs = [c.curve("val_loss") for c in cells]
         runs = [r for r in runs if r]
         steps, mean, low, high = _band(runs)
         if not steps:
             continue
         line, = axes.plot(steps, mean, marker="o", markersize=3,
-                          label=f"{setting_text(setting)} ({len(runs)} seeds)")
+                          label=f"{text} ({len(runs)} seed{'s' * (len(runs) > 1)})")
         if len(runs) > 1:
             axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
         drawn = True
@@ -64,7 +90,7 @@ def curves(part: PartResult) -> Figure | None:
         return None
     axes.set_xlabel("update")
     axes.set_ylabel("validation loss (nats/token)")
-    axes.set_title(f"{part.part.title or part.name}: validation loss (band: the seeds' range)")
+    axes.set_title(f"{title}: validation loss (band: the seeds' range)", fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     return figure
@@ -78,8 +104,11 @@ def stability(part: PartResult) -> Figure | None:
     """Every setting x seed as a square: trained (green), diverged (red, with the step),
     failed (grey) or missing (white)."""
     settings, seeds = part.cells.settings, [str(s) for s in part.part.seeds]
-    figure = Figure(figsize=(1.6 + 0.9 * len(seeds), 0.9 + 0.45 * len(settings)),
-                    layout="constrained")
+    labels = [setting_text(s) for s in settings]
+    title = f"{part.part.title or part.name}: which cells trained"
+    # Wide enough for the longest label and the title (about 0.07 inch a character at 8 pt).
+    width = max(0.9 * len(seeds) + 0.075 * max(map(len, labels)) + 0.6, 0.1 * len(title) + 0.4)
+    figure = Figure(figsize=(width, 1.0 + 0.45 * len(settings)), layout="constrained")
     axes = figure.add_subplot()
     for row, _ in enumerate(settings):
         found = {c.seed: c for c in part.cells.cells.get(row, [])}
@@ -93,8 +122,8 @@ def stability(part: PartResult) -> Figure | None:
     axes.set_xlim(-0.5, len(seeds) - 0.5)
     axes.set_ylim(len(settings) - 0.5, -0.5)
     axes.set_xticks(range(len(seeds)), [f"seed {s}" for s in seeds])
-    axes.set_yticks(range(len(settings)), [setting_text(s) for s in settings], fontsize=8)
-    axes.set_title(f"{part.part.title or part.name}: which cells trained")
+    axes.set_yticks(range(len(settings)), labels, fontsize=8)
+    axes.set_title(title, fontsize=10)
     return figure
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normzoo.study.spec import Study, setting_text, value_text
-from normzoo.sweep.significance import p_text
+from normzoo.verdicts.significance import p_text
 
 if TYPE_CHECKING:
     from normzoo.study.results import PartResult, ScoreView
@@ -20,8 +20,13 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 def _digits(unit: str, values: list[float]) -> int:
-    """Two decimals for scores in the tens (BLEU, percentages), four for losses and fractions."""
-    return 2 if values and max(abs(v) for v in values) >= 10 else 4
+    """Two decimals for BLEU and for scores in the tens (chrF, percentages), four for losses and
+    fractions."""
+    return 2 if unit == "BLEU" or (values and max(abs(v) for v in values) >= 10) else 4
+
+
+def _signed(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:+.{digits}f}"
 
 
 def _prose(path: Path | None) -> list[str]:
@@ -34,7 +39,9 @@ def render(study: Study, parts: list[PartResult], drawn: dict[str, dict[str, str
 
     lines = [f"# {study.name}", "", f"> {study.question}", "",
              "<!-- written by `normzoo study report`: edit the study file or its prose, "
-             "and report again -->", "", *_prose(study.intro), "## How it ran", ""]
+             "and report again -->", "", *_prose(study.intro), "## How it ran", "",
+             f"The study file `{study.file.name}`: `normzoo study run` trained its cells, "
+             "`normzoo study report` wrote this page.", ""]
     for part in parts:
         lines += _how(part, study, runs)
     if any(missing_cells(p) for p in parts):
@@ -46,6 +53,9 @@ def render(study: Study, parts: list[PartResult], drawn: dict[str, dict[str, str
     for part in parts:
         lines += _scores(part)
     lines += ["## Verdicts", "", *_rule(study), "", *_verdicts(parts, study)]
+    if drawn.get(""):
+        lines += ["### Figures: the comparisons across parts", ""]
+        lines += [f"![{what}]({name})" for what, name in drawn[""].items()] + [""]
     for part in parts:
         figures = drawn.get(part.name, {})
         if figures:
@@ -122,35 +132,40 @@ def _score_table(part: PartResult, view: ScoreView) -> list[str]:
 
 
 def _rule(study: Study) -> list[str]:
-    return [f"A difference is **shown** only where the seeds' t-test (paired where both sides "
-            f"ran the same seeds, else Welch's) and the example-level test (a two-sided "
-            f"hierarchical test over the runs' per-example test outputs: seeds, then examples) "
-            f"are both below {study.alpha:g}, with three seeds a side or more, every run's "
-            "precision and device recorded and one of each; otherwise it is at most "
-            "**indicated**, and the reason says what capped it. **Equal** is said only from "
-            "two one-sided tests against the margin the study states. Holm's correction is "
-            "taken over the study's comparisons (on the larger of each comparison's two "
-            "p-values). Both tests' false-alarm rates under a true null are measured by "
+    return [f"A difference is **shown** only where the example-level test is below "
+            f"{study.alpha:g}: a two-sided hierarchical test over the runs' per-example test "
+            "outputs whose noise holds the test set's (the examples resampled) and the seeds' "
+            "(the spread of the seeds' t-test, paired where both sides ran the same seeds, else "
+            "Welch's), with three seeds a side or more, every run's precision and device "
+            "recorded and one of each; otherwise it is at most **indicated**, and the reason "
+            "says what capped it. The seeds' t-test is given beside it; for runs that kept no "
+            "per-example outputs, and for scores that are one number a run, it decides alone. "
+            "**Equal** is said only from two one-sided tests against the margin the study "
+            "states. Holm's correction is taken over the study's comparisons, on the p-value "
+            "each is decided by. The tests' false-alarm rates under true nulls are measured by "
             "`python -m normzoo.verdicts.calibration` (normzoo's `docs/verdicts/null-rates.md`)."]
 
 
 def _verdicts(parts: list[PartResult], study: Study) -> list[str]:
-    lines = ["| part | system vs baseline | baseline | system | difference | seeds' test p "
-             "| example-level p | 95% interval | TOST p | Holm | devices, precisions | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| part | system vs baseline | score | baseline | system | difference | seeds' test "
+             "p | example-level p | 95% interval | TOST p | Holm | devices, precisions | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     reasons = []
     for part in parts:
         for row in part.rows:
-            reasons.append(f"{len(reasons) + 1}. {part.name}, {row['system_setting']} against "
+            where = "" if row.get("across_parts") else f"{row['part']}, "
+            reasons.append(f"{len(reasons) + 1}. {where}{row['system_setting']} against "
                            f"{row['baseline_setting']}: **{row['verdict']}**: {row['reason']}")
             lines.append(_row(part, row, len(reasons)))
     return [*lines, "", *reasons, ""]
 
 
 def _side(side: dict[str, Any] | None, digits: int) -> str:
+    """A side's mean ± sd (its runs), the sd left out for one run."""
     if not side:
         return "–"
-    return f"{side['mean']:.{digits}f} ± {side['sd']:.{digits}f} ({len(side['runs'])})"
+    spread = f" ± {side['sd']:.{digits}f}" if len(side["runs"]) > 1 else ""
+    return f"{side['mean']:.{digits}f}{spread} ({len(side['runs'])})"
 
 
 def _row(part: PartResult, row: dict[str, Any], number: int) -> str:
@@ -162,9 +177,11 @@ def _row(part: PartResult, row: dict[str, Any], number: int) -> str:
                     for d, p in zip(side["devices"], side["precisions"], strict=True)})
     holm = {True: "kept", False: "not kept"}.get(row.get("holm_kept"), "–") \
         if row.get("rule_p") is not None else "–"
-    return (f"| {part.name} | {row['system_setting']} vs {row['baseline_setting']} | "
+    where = "(across parts)" if row.get("across_parts") else row["part"]
+    return (f"| {where} | {row['system_setting']} vs {row['baseline_setting']} | "
+            f"{row['score']} | "
             f"{_side(base, digits)} | {_side(system, digits)} | "
-            f"{_fmt(row.get('difference'), digits)} | {p_text(row.get('seed_p'))} | "
+            f"{_signed(row.get('difference'), digits)} | {p_text(row.get('seed_p'))} | "
             f"{p_text(row.get('example_p'))} | "
             + (f"{interval[0]:+.{digits}f} to {interval[1]:+.{digits}f}" if interval else "–")
             + f" | {p_text(row.get('equivalence_p'))} | {holm} | {', '.join(kinds) or '–'} | "

@@ -28,12 +28,11 @@ def score_of(score: Score, task: Any) -> ScoreView:
     return ScoreView(score, f"{score.source} {score.name}", str(score.better), score.unit)
 
 
-def _task(part: Part) -> Any:
+def _recipe(part: Part) -> Any:
     from normzoo import recipe as recipes
     from normzoo.study.running import part_overrides
-    from normzoo.tasks import task_of
 
-    return task_of(recipes.load(part.recipe, part_overrides(part)))
+    return recipes.load(part.recipe, part_overrides(part))
 
 
 def _run(cell: Cell, root: Path, value: float, task: Any, data_dir: Path | None,
@@ -43,13 +42,18 @@ def _run(cell: Cell, root: Path, value: float, task: Any, data_dir: Path | None,
     label = str(cell.folder.relative_to(root)) if cell.folder.is_relative_to(root) else str(
         cell.folder)
     return Run(label, cell.seed, value, cell.precision, cell.device, cell.identity,
-               cell.outputs(task, data_dir) if with_outputs else None)
+               cell.outputs(task, data_dir) if with_outputs else None,
+               json.dumps(cell.summary.get("test"), sort_keys=True, default=str)
+               if cell.summary.get("test") else None)
 
 
 def read_result(name: str, part: Part, folder: Path) -> PartResult:
     """One part's cells, task and score."""
-    task = _task(part)
-    return PartResult(name, part, read_part(part, folder), task,
+    from normzoo.tasks import task_of
+
+    recipe = _recipe(part)
+    task = task_of(recipe)
+    return PartResult(name, part, read_part(part, folder, recipe.seed), task,
                       [score_of(score, task) for score in part.scores])
 
 
@@ -73,9 +77,11 @@ def judge(baseline: tuple[PartResult, dict[str, Any]], system: tuple[PartResult,
     (base_part, base_setting), (sys_part, sys_setting) = baseline, system
     same = base_part is sys_part
     view = base_part.scores[score]
+    margin = view.score.margin if view.score.margin is not None else margin
     other = next((v for v in sys_part.scores if v.name == view.name), sys_part.scores[0])
     row: dict[str, Any] = {
         "part": base_part.name if same else f"{sys_part.name} vs {base_part.name}",
+        "across_parts": not same,
         "baseline_setting": _named(base_part, base_setting, same),
         "system_setting": _named(sys_part, sys_setting, same), "score": view.name,
         "better": view.better, "unit": view.unit, "margin": margin}
@@ -149,6 +155,9 @@ def report(study: Study, runs: Path | None = None, out: Path | None = None,
     rows = [row for p in parts for row in p.rows]
     holm_over(rows, study.alpha)
     drawn = {p.name: figures.draw(p, out) for p in parts}
+    drawn[""] = {f"{c.system[PART]} against {c.baseline[PART]}": name for c in study.comparisons
+                 if (name := figures.across((by_name[c.baseline[PART]], c.baseline),
+                                            (by_name[c.system[PART]], c.system), out))}
     atomic_write_text(out / VERDICTS, json.dumps(
         {"study": study.name, "question": study.question, "alpha": study.alpha,
          "missing": {p.name: missing_cells(p) for p in parts}, "comparisons": rows},

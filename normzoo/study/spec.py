@@ -45,6 +45,8 @@ class Score(pydantic.BaseModel):
     name: str | None = None
     better: Literal["min", "max"] | None = None
     unit: str = ""
+    #: "Equal" within ± margin for this score (in its unit), over the comparison's own.
+    margin: float | None = pydantic.Field(None, gt=0, allow_inf_nan=False)
 
     @pydantic.model_validator(mode="after")
     def _named(self) -> Score:
@@ -126,7 +128,8 @@ class Part(pydantic.BaseModel):
         """What the part compares: its ``comparisons``, or every other setting against each
         baseline setting."""
         if self.comparisons:
-            return list(self.comparisons)
+            return [c if c.margin is not None else c.model_copy(update={"margin": self.margin})
+                    for c in self.comparisons]
         return [Comparison(baseline=base, system=other, margin=self.margin)
                 for base in self.baseline for other in self.settings() if other != base]
 
@@ -207,7 +210,7 @@ def load_study(path: Path) -> Study:
                                                                               "comparisons")}
     top["comparisons"] = data.get("comparisons") or [] if "parts" in data else []
     top.setdefault("name", path.stem)
-    top.setdefault("out", f"runs/study-{top['name']}")
+    top.setdefault("out", f"runs/study-{path.stem}")
     for key in ("intro", "notes"):
         if top.get(key):
             top[key] = here / str(top[key])

@@ -32,9 +32,9 @@ from normzoo.sweep.slurm import Slurm
 
 FAILED = "failed.json"  # a cell's failure record; cell.json is the record of a finished cell
 FIELDS = ["cell", "status", "diverged_at_step", "steps", "stopped", "final_train_loss", "metric",
-          "metric_value", "test_bleu", "test_loss"]  # test_loss: language models
-# Every other score a task's final test records follows as its own column (test_accuracy,
-# test_ppl, ...): the sweep reports whatever the task measures (test_scores).
+          "metric_value"]
+# Every score a task's final test records follows as its own column (test_bleu, test_accuracy,
+# test_loss, ...): the sweep reports whatever the task measures (test_scores), naming none.
 
 
 def test_scores(summary: dict[str, Any]) -> dict[str, Any]:
@@ -118,12 +118,11 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
                       overrides=overrides)
         row.update({"status": "ok", "diverged_at_step": "", "steps": summary["steps"],
                     "stopped": summary.get("stopped", ""),
-                    "metric_value": summary["validation"].get(metric, ""),
-                    "test_bleu": "", "test_loss": ""} | test_scores(summary))
+                    "metric_value": summary["validation"].get(metric, "")} | test_scores(summary))
     except DivergenceError as error:  # the step it carries, as the run's summary records it
         step = error.step if error.step is not None else ""
         row.update(status="diverged", stopped="diverged", diverged_at_step=step, steps=step,
-                   metric_value="", test_bleu="", test_loss="")
+                   metric_value="")
     row["final_train_loss"] = final_train_loss(run_dir)
     if diagnose:
         from normzoo.diagnostics.diagnose import diagnose_run

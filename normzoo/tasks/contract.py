@@ -25,7 +25,8 @@ One job, in the order a run calls the contract:
 4. **Ending** -- :meth:`monitored` (the metric that picks the best checkpoint),
    :meth:`final_test` (the scores ``summary.json`` records) and :meth:`report`.
 5. **Afterwards** -- :meth:`evaluate` (``normzoo evaluate``), :attr:`evaluate_options`,
-   :meth:`card` (the export's model card) and :attr:`compared_by`.
+   :meth:`card` (the export's model card), :attr:`compared_score` and
+   :meth:`example_outputs` (how runs are compared).
 """
 
 from __future__ import annotations
@@ -99,12 +100,9 @@ class Task:
     monitor: ClassVar[tuple[str, str]] = ("val/loss", "min")
     #: The ``normzoo evaluate`` options it reads besides the split (others are refused).
     evaluate_options: ClassVar[frozenset[str]] = frozenset()
-    #: How ``normzoo compare`` judges two sets of its runs: ``hypotheses`` (BLEU and the
-    #: bootstrap over sentences) or ``seed_scores`` (the t-test over the seeds' test scores,
-    #: :attr:`compared_score`).
-    compared_by: ClassVar[str] = "seed_scores"
-    #: With ``compared_by = "seed_scores"``: the ``summary.json`` test score compared, ``min`` or
-    #: ``max`` for which is better, and its unit (the loss in nats per token by default).
+    #: The ``summary.json`` test score ``normzoo compare`` and ``normzoo study`` judge runs on,
+    #: ``min`` or ``max`` for which is better, and its unit (the loss in nats per token by
+    #: default); :meth:`example_outputs` resamples its test set.
     compared_score: ClassVar[tuple[str, str, str]] = ("loss", "min", "nats/token")
     #: Why ``normzoo export --format hf`` cannot map this task's models (None: the model
     #: family's mapping applies).

@@ -1,1 +1,1 @@
-"""The depth study (docs/study-depth.md): residual schemes at 6+6 and 18+18 layers on Multi30k."""
+"""The depth study (studies/depth.yaml): its page sections and its eval-gap tool."""

@@ -1,24 +1,14 @@
 """A translation checkpoint's validation loss in eval mode, in train mode, and with one kind of
-dropout on at a time, with what it predicts: how far dropout changes the function a model
-computes, and which dropout does it.
+dropout on at a time, with what it predicts: does dropout change the function a model computes,
+and which dropout does it (the depth study's eval-gap section reads the ``--json`` records)?
 
     python -m studies.depth.eval_gap CKPT [--data-dir DIR] [--batches 6] [--json OUT.json]
 
-Written for the depth study's Post-LN 18+18 cells, whose validation loss (eval mode, no label
-smoothing) ends above ln(vocabulary), a uniform guess, while their training loss is lower. Each
-row runs the first ``--batches`` validation batches (the same in every row; dropout masks from a
-fixed seed) and prints:
-
-- the token loss without and with the recipe's label smoothing;
-- the mean entropy of the predicted distribution and the mean probability of its top token;
-- how much the prediction moves along a sentence: the mean total-variation distance between
-  the distributions predicted at neighbouring positions (0: every position predicts the same)
-  and the mean number of distinct argmax tokens per sentence;
-- the three most frequent argmax tokens.
-
-The row "train mode, every dropout p=0" checks the eval path itself: its logits must equal eval
-mode's (the largest difference is printed), so that a gap between eval and train mode is
-dropout's and nothing else's (no other layer behaves differently in training).
+Each row runs the first ``--batches`` validation batches (dropout masks from a fixed seed): the
+token loss without and with label smoothing, the predictions' mean entropy and top-token
+probability, the mean total variation between neighbouring positions' predictions (0: every
+position predicts the same), distinct argmax tokens per sentence, the three most frequent. The
+row "train mode, every dropout p=0" checks the eval path: its logits must equal eval mode's.
 """
 
 from __future__ import annotations
@@ -29,16 +19,11 @@ import contextlib
 import json
 import math
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from normzoo.data.tokenizer import Tokenizer
 
 _RESIDUAL = re.compile(r"layers\.\d+\.dropout$")
 
@@ -53,9 +38,8 @@ def dropout_groups(model: nn.Module) -> dict[str, list[nn.Module]]:
         if isinstance(module, MultiheadAttention) and module.dropout > 0:
             groups["attention"].append(module)
         elif isinstance(module, Dropout) and module.p > 0:
-            kind = ("residual" if _RESIDUAL.search(name) else "activation" if "ffn" in name
-                    else "embedding" if "embed" in name else name)
-            groups[kind].append(module)
+            groups["residual" if _RESIDUAL.search(name) else "activation" if "ffn" in name
+                   else "embedding" if "embed" in name else name].append(module)
     return dict(groups)
 
 
@@ -65,14 +49,11 @@ def dropout_off_in_train_mode(model: nn.Module) -> Iterator[None]:
     from normzoo.nn.attention import MultiheadAttention
     from normzoo.nn.dropout import Dropout
 
-    saved = []
-    for module in model.modules():
-        if isinstance(module, Dropout):
-            saved.append((module, "p", module.p))
-            module.p = 0.0
-        elif isinstance(module, MultiheadAttention):
-            saved.append((module, "dropout", module.dropout))
-            module.dropout = 0.0
+    saved = [(m, name, getattr(m, name)) for m in model.modules()
+             if (name := "p" if isinstance(m, Dropout) else "dropout" if isinstance(
+                 m, MultiheadAttention) else "")]
+    for module, attribute, _ in saved:
+        setattr(module, attribute, 0.0)
     model.train()
     try:
         yield
@@ -83,10 +64,8 @@ def dropout_off_in_train_mode(model: nn.Module) -> Iterator[None]:
 
 def measure(model: nn.Module, batches: list, smoothing: float, *,
             keep_logits: bool = False) -> dict:
-    """Loss, entropy, top-token probability and how predictions move along each sentence.
-
-    ``keep_logits``: also return the logits of every batch (``logits``), to compare two modes;
-    off by default, as they take about 50 MB a batch at the study's size."""
+    """Loss, entropy, top-token probability and how predictions move along each sentence
+    (``keep_logits``: also every batch's logits, about 50 MB a batch at the study's size)."""
     from normzoo.nn.token_loss import token_terms
 
     torch.manual_seed(0)
@@ -97,14 +76,12 @@ def measure(model: nn.Module, batches: list, smoothing: float, *,
     with torch.no_grad():
         for batch in batches:
             logits = model(batch["src"], batch["tgt_in"]).float()
-            if keep_logits:
-                all_logits.append(logits)
-            labels = batch["tgt_out"]
+            all_logits += [logits] if keep_logits else []
+            labels, real = batch["tgt_out"], batch["tgt_out"].ne(pad)
             plain = token_terms(logits, labels, ignore_index=pad, smoothing=0.0)
             smooth = token_terms(logits, labels, ignore_index=pad, smoothing=smoothing)
             loss, smoothed = loss + plain.loss_sum.item(), smoothed + smooth.loss_sum.item()
             count += plain.tokens.item()
-            real = labels.ne(pad)
             p = logits.softmax(-1)
             entropy += -(p * p.clamp_min(1e-30).log()).sum(-1)[real].sum().item()
             top_p += p.max(-1).values[real].sum().item()
@@ -113,9 +90,9 @@ def measure(model: nn.Module, batches: list, smoothing: float, *,
             pairs += both.sum().item()
             argmax = logits.argmax(-1)
             predictions.update(argmax[real].tolist())
-            for row, keep in zip(argmax, real, strict=True):
-                distinct += len(set(row[keep].tolist()))
-                sentences += 1
+            distinct += sum(len(set(row[keep].tolist())) for row, keep in zip(argmax, real,
+                                                                              strict=True))
+            sentences += len(argmax)
     return {"loss": loss / count, "loss_smoothed": smoothed / count, "entropy": entropy / count,
             "top_p": top_p / count, "tv_neighbours": moves / max(pairs, 1),
             "distinct_argmax": distinct / max(sentences, 1),
@@ -124,23 +101,20 @@ def measure(model: nn.Module, batches: list, smoothing: float, *,
 
 
 def rows(model: nn.Module, batches: list, smoothing: float) -> list[dict]:
-    """Every mode the script compares, eval mode first."""
+    """Every mode the script compares, eval mode first; the model is left in eval mode."""
     results = []
 
     def run(name: str, keep_logits: bool = False) -> dict:
-        result = measure(model, batches, smoothing, keep_logits=keep_logits)
-        result["mode"] = name
-        results.append(result)
-        return result
+        results.append({**measure(model, batches, smoothing, keep_logits=keep_logits),
+                        "mode": name})
+        return results[-1]
 
     model.eval()
     reference = run("eval mode", keep_logits=True)
     with dropout_off_in_train_mode(model):
         same = run("train mode, every dropout p=0", keep_logits=True)
-    same["max_abs_diff_to_eval"] = max(
-        (a - b).abs().max().item() for a, b in zip(same["logits"], reference["logits"],
-                                                    strict=True))
-    del same["logits"], reference["logits"]
+    same["max_abs_diff_to_eval"] = max((a - b).abs().max().item() for a, b in zip(
+        same.pop("logits"), reference.pop("logits"), strict=True))
     model.train()
     run("train mode (all dropout on)")
     for kind, modules in dropout_groups(model).items():
@@ -152,61 +126,40 @@ def rows(model: nn.Module, batches: list, smoothing: float) -> list[dict]:
     return results
 
 
-def token_text(tokenizer: Tokenizer, token: int) -> str:
-    """A token as the vocabulary spells it (special tokens too, which decoding drops)."""
-    return tokenizer.backend.id_to_token(token) or tokenizer.decode([token])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--batches", type=int, default=6,
-                        help="how many validation batches each row runs (default: 6)")
+    parser.add_argument("--batches", type=int, default=6, help="validation batches a row")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.batches < 1:
         parser.error(f"--batches must be at least 1, not {args.batches}")
     import normzoo
     from normzoo.checkpoints.rolling import checkpoint_step
-    from normzoo.errors import NormzooError
     from normzoo.io.atomic import atomic_write_text
     from normzoo.tasks.datamodule import TextDataModule
 
-    try:
-        loaded = normzoo.load(args.checkpoint)
-    except NormzooError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    loaded = normzoo.load(args.checkpoint)
     recipe = loaded.recipe
     if args.data_dir is not None:
-        data = recipe.data.model_copy(update={"dir": str(args.data_dir), "source": "files"})
-        recipe = recipe.model_copy(update={"data": data})
+        recipe = recipe.model_copy(update={"data": recipe.data.model_copy(
+            update={"dir": str(args.data_dir), "source": "files"})})
     module = TextDataModule(recipe, loaded.tokenizer, show_progress=False)
     module.setup("fit")
     batches = list(module.val_dataloader())[: args.batches]
-    smoothing = recipe.optim.label_smoothing
     uniform = math.log(loaded.tokenizer.vocab_size)
-    results = rows(loaded.model, batches, smoothing)
-    for result in results:
-        result["top_predictions"] = [(token_text(loaded.tokenizer, i), round(share, 3))
-                                     for i, share in result["top_predictions"]]
-    print(f"{args.checkpoint}: uniform guess ln V = {uniform:.3f}; {len(batches)} validation "
-          f"batches; label smoothing {smoothing}")
-    print("| mode | loss | loss (smoothed) | entropy | top-token p | TV, neighbours "
-          "| distinct argmax / sentence | most frequent argmax |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        extra = (f" (logits differ from eval mode's by at most {r['max_abs_diff_to_eval']:.2e})"
-                 if "max_abs_diff_to_eval" in r else "")
-        top = ", ".join(f"{token!r} {share:.0%}" for token, share in r["top_predictions"])
-        print(f"| {r['mode']}{extra} | {r['loss']:.3f} | {r['loss_smoothed']:.3f} "
-              f"| {r['entropy']:.3f} | {r['top_p']:.3f} | {r['tv_neighbours']:.3f} "
-              f"| {r['distinct_argmax']:.1f} | {top} |")
+    results = rows(loaded.model, batches, recipe.optim.label_smoothing)
+    for r in results:  # a token as the vocabulary spells it (special tokens too)
+        r["top_predictions"] = [(loaded.tokenizer.backend.id_to_token(i)
+                                 or loaded.tokenizer.decode([i]), round(share, 3))
+                                for i, share in r["top_predictions"]]
+        print(r["mode"], {k: v for k, v in r.items() if k != "mode"})
     if args.json is not None:
         record = {"checkpoint": args.checkpoint.name, "step": checkpoint_step(args.checkpoint),
                   "recipe": loaded.recipe.model_dump(mode="json"), "batches": len(batches),
-                  "uniform_loss": uniform, "label_smoothing": smoothing, "rows": results}
+                  "uniform_loss": uniform, "label_smoothing": recipe.optim.label_smoothing,
+                  "rows": results}
         atomic_write_text(args.json, json.dumps(record, indent=2) + "\n", "eval-gap record")
     return 0
 

@@ -27,7 +27,6 @@ class Translation(Task):
     monitor = ("val/bleu", "max")
     evaluate_options: ClassVar[frozenset[str]] = frozenset(
         {"--beam", "--lenpen", "--bf16", "--hyps", "--ref", "--force"})
-    compared_by = "hypotheses"
     compared_score = ("bleu", "max", "BLEU")
 
     def monitored(self, recipe: Recipe) -> tuple[str, str]:
