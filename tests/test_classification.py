@@ -227,21 +227,23 @@ def test_the_recipe_as_shipped_learns_the_labels(tmp_path: Path,
 
 def test_compare_judges_classifiers_on_their_test_accuracy():
     """``normzoo compare`` on the classifier study's committed runs (400 labelled sentences):
-    the classifier's own score, higher better; equal accuracies of two seeds are no copy (the
-    test loss tells copies apart)."""
+    the classifier's own score, higher better, its test set resampled from each run's
+    per-example outputs; equal accuracies of two seeds are no copy (their losses differ)."""
     data = ROOT / "docs" / "study-classify" / "data"
-    args = ["compare", *(x for s in (1, 2, 3) for x in ("-b", str(data / f"random-small-{s}"))),
-            *(x for s in (1, 2, 3) for x in ("-s", str(data / f"mlm-small-{s}"))), "--json"]
+    args = ["compare", *(x for s in (1, 2, 3) for x in ("-b", str(data / "random-small" /
+                                                              f"seed-{s}"))),
+            *(x for s in (1, 2, 3) for x in ("-s", str(data / "from-mlm-small" / f"seed-{s}"))),
+            "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     found = json.loads(result.output)
-    assert found["score"] == "accuracy" and found["direction"] == "higher"
-    assert found["better"] == "system"
-    assert found["baseline_seed_accuracy"] == pytest.approx([0.636, 0.672, 0.672], abs=1e-6)
-    assert found["seed_p"] == pytest.approx(0.1224, abs=1e-4)
+    assert found["score"] == "test accuracy" and found["better"] == "max"
+    assert found["better_side"] == "system"
+    assert found["baseline"]["scores"] == pytest.approx([0.634, 0.672, 0.672], abs=1e-6)
+    assert found["example_test"] and found["example_p"] > 0.05
     assert found["verdict"] == "not shown"
     text = CliRunner().invoke(app, args[:-1]).output
-    assert "the system has the higher test accuracy: the system is +0.0913" in text
+    assert "the system is better (higher test accuracy): the system is +0.0793" in text
 
 
 LENGTH_TASK = '''

@@ -14,8 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from normzoo.cli import app
-from normzoo.verdicts.significance import PAIRED_T, WELCH
 from normzoo.verdicts.runs import compare_runs, format_comparison
+from normzoo.verdicts.significance import PAIRED_T, WELCH
 
 ROOT = Path(__file__).resolve().parent.parent
 CEILING = ROOT / "docs" / "study-depth" / "data" / "ceiling"

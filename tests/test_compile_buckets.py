@@ -89,8 +89,10 @@ def test_padding_changes_neither_the_loss_nor_the_gradients(name: str):
     assert int(terms.tokens) == int(plain.tokens)
     torch.testing.assert_close(terms.loss_sum, plain.loss_sum, rtol=1e-6, atol=1e-5)
     assert len(grads) == len(plain_grads)
+    # The padded batch sums in another order: masked BatchNorm's statistics moved one element of
+    # 1,600 by 1.9e-6 (of 0.019) on a Zen CPU, float32 rounding, not padding leaking in.
     for grad, expected in zip(grads, plain_grads, strict=True):
-        torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_the_compiled_step_computes_the_eager_loss_on_a_few_shapes(traced):

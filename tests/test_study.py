@@ -68,7 +68,8 @@ def test_run_then_report_writes_the_page_figures_and_verdicts(translation_study:
     assert "| main | residual=post vs residual=pre |" in page
     for figure in ("curves-main.png", "stability-main.png"):
         assert f"]({figure})" in page and (out / figure).stat().st_size > 1000
-    assert f"main: residual=post vs residual=pre: {row['verdict']}" in reported.stdout
+    assert f"main: residual=post vs residual=pre (test bleu): {row['verdict']}" in \
+        reported.stdout
 
 
 def test_run_again_trains_nothing(translation_study: Path):

@@ -139,3 +139,25 @@ def test_genuine_seeds_of_the_committed_studies_are_never_refused():
     for (part, setting), runs in groups.items():
         labels = [f"{part}/{setting}/{i}" for i in range(len(runs))]
         assert distinct.near_copies("system", labels, runs) == []
+
+
+@pytest.mark.parametrize("study", ["study-classify", "study-quickstart"])
+def test_genuine_seeds_of_the_committed_per_example_outputs_are_never_refused(study: str):
+    """The classifier's seeds (each example's prediction and loss) and the quick start's
+    (translations of the built-in corpus) agree on a few percent of their examples at most."""
+    import yaml
+
+    from normzoo.tasks import task_of
+
+    groups: dict[str, list] = defaultdict(list)
+    for cell in sorted((ROOT / "docs" / study / "data").glob("*/*")):
+        recipe = yaml.safe_load((cell / "recipe.yaml").read_text(encoding="utf-8"))
+        outputs = task_of(recipe).example_outputs(cell, recipe, None)
+        setting = cell.name.split("_", 1)[1] if "_" in cell.name else ""
+        groups[f"{cell.parent.name}/{setting}"].append(outputs.keys)
+    pairs = [(name, distinct.agreement(a, b)) for name, runs in groups.items()
+             for a, b in itertools.combinations(runs, 2)]
+    assert len(pairs) >= 6 and max(share for _, share in pairs) < 0.05
+    for name, runs in groups.items():
+        assert distinct.near_copies("system", [f"{name}/{i}" for i in range(len(runs))],
+                                    runs) == []

@@ -61,7 +61,7 @@ def read_runs(dirs: list[Path], data_dir: Path | None) -> tuple[Any, list[Run], 
                 raise CompareError(f"{run_dir} has no test {key} in summary.json and no "
                                    "per-example test outputs: the run has not finished its "
                                    "final test")
-            score = outputs.corpus_score()  # what the final test scores them as
+            score = round(outputs.corpus_score(), 10)  # what the final test scores them as
         splits.add(str(test.get("split") or (recipe.get("data") or {}).get("test_split")))
         machine = summary.get("machine") if isinstance(summary.get("machine"), dict) else {}
         runs.append(Run(str(run_dir), None if recipe.get("seed") is None else str(
