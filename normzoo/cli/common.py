@@ -9,6 +9,7 @@ like them, it imports only typer and the standard library at module level (plus 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,6 +80,40 @@ def finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number")
     return value
+
+
+class Launcher(str, enum.Enum):
+    """Where a sweep's or a study's cells run."""
+
+    local = "local"
+    slurm = "slurm"
+
+
+def jobs_option() -> typer.models.OptionInfo:
+    return typer.Option(1, "--jobs", "-j", min=1, metavar="N", help="Cells running at once "
+                        "(local: the CPU cores shared among them, and one GPU each where there "
+                        "are GPUs; slurm: the array's parallelism).")
+
+
+def launcher_option() -> typer.models.OptionInfo:
+    return typer.Option(Launcher.local, help="Where cells run: this machine, or SLURM jobs "
+                        "(through submitit).")
+
+
+def slurm_partition_option() -> typer.models.OptionInfo:
+    return typer.Option(None, metavar="NAME", help="SLURM partition of each cell's job.")
+
+
+def slurm_time_option() -> typer.models.OptionInfo:
+    return typer.Option(24 * 60, min=1, metavar="MINUTES", help="SLURM time limit per cell.")
+
+
+def slurm_gpus_option() -> typer.models.OptionInfo:
+    return typer.Option(0, min=0, metavar="N", help="GPUs per cell's SLURM job.")
+
+
+def slurm_cpus_option() -> typer.models.OptionInfo:
+    return typer.Option(4, min=1, metavar="N", help="CPUs per cell's SLURM job.")
 
 
 def beam_option() -> typer.models.OptionInfo:

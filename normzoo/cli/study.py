@@ -7,8 +7,18 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import check_output_folder, file_system_failures, user_errors
-from normzoo.cli.sweep import Launcher
+from normzoo.cli.common import (
+    Launcher,
+    check_output_folder,
+    file_system_failures,
+    jobs_option,
+    launcher_option,
+    slurm_cpus_option,
+    slurm_gpus_option,
+    slurm_partition_option,
+    slurm_time_option,
+    user_errors,
+)
 
 app = typer.Typer(help="Run a study file's grid over seeds, and write its verdict page.",
                   no_args_is_help=True)
@@ -20,16 +30,12 @@ def run(
     study: Path = typer.Argument(..., help="Study YAML file."),
     out: Path = typer.Option(None, metavar="DIR", help="Where the cells train (default: the "
                              "study's `out`, else runs/study-NAME)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, metavar="N",
-                             help="Cells running at once (as normzoo sweep --jobs)."),
-    launcher: Launcher = typer.Option(Launcher.local, help="Where cells run: this machine, or "
-                                      "SLURM jobs (through submitit)."),
-    slurm_partition: str = typer.Option(None, metavar="NAME",
-                                        help="SLURM partition of each cell's job."),
-    slurm_time: int = typer.Option(24 * 60, min=1, metavar="MINUTES",
-                                   help="SLURM time limit per cell."),
-    slurm_gpus: int = typer.Option(0, min=0, metavar="N", help="GPUs per cell's SLURM job."),
-    slurm_cpus: int = typer.Option(4, min=1, metavar="N", help="CPUs per cell's SLURM job."),
+    jobs: int = jobs_option(),
+    launcher: Launcher = launcher_option(),
+    slurm_partition: str = slurm_partition_option(),
+    slurm_time: int = slurm_time_option(),
+    slurm_gpus: int = slurm_gpus_option(),
+    slurm_cpus: int = slurm_cpus_option(),
 ) -> None:
     """Train every cell of the study (every part, setting and seed); finished cells are kept
     and interrupted ones resume, so run it again any number of times."""

@@ -5,22 +5,23 @@ Training code loads inside the command, never at import.
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 
 import typer
 
 from normzoo.cli.common import (
     OVERRIDES_HELP,
+    Launcher,
     check_output_folder,
     file_system_failures,
+    jobs_option,
+    launcher_option,
+    slurm_cpus_option,
+    slurm_gpus_option,
+    slurm_partition_option,
+    slurm_time_option,
     user_errors,
 )
-
-
-class Launcher(str, enum.Enum):
-    local = "local"
-    slurm = "slurm"
 
 
 @user_errors
@@ -39,17 +40,12 @@ def sweep(
         False, "--diagnose", help="Also measure every cell at initialisation and at its last "
         "checkpoint (gradient and stream norms, branch ratios, layer cosine by layer): "
         "diagnose.csv and diagnose.md in the cell's folder."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, metavar="N", help="Cells running at "
-                             "once (local: the CPU cores shared among them, and one GPU each where "
-                             "there are GPUs; slurm: the array's parallelism)."),
-    launcher: Launcher = typer.Option(Launcher.local, help="Where cells run: this machine, or "
-                                      "SLURM jobs (through submitit)."),
-    slurm_partition: str = typer.Option(None, metavar="NAME",
-                                        help="SLURM partition of each cell's job."),
-    slurm_time: int = typer.Option(24 * 60, min=1, metavar="MINUTES",
-                                   help="SLURM time limit per cell."),
-    slurm_gpus: int = typer.Option(0, min=0, metavar="N", help="GPUs per cell's SLURM job."),
-    slurm_cpus: int = typer.Option(4, min=1, metavar="N", help="CPUs per cell's SLURM job."),
+    jobs: int = jobs_option(),
+    launcher: Launcher = launcher_option(),
+    slurm_partition: str = slurm_partition_option(),
+    slurm_time: int = slurm_time_option(),
+    slurm_gpus: int = slurm_gpus_option(),
+    slurm_cpus: int = slurm_cpus_option(),
 ) -> None:
     """Train every combination of the --set values; finished cells are skipped on a re-run.
     Writes results.csv/.md (final loss, metric, diverged and when) and loss/stability plots."""
