@@ -254,6 +254,7 @@ class SentenceLength(Classification):
     """Short or long: a third party's task, a classifier of its own corpus's sentences."""
 
     name = "nz_length"
+    evaluate_options = frozenset()  # its corpus is its own: no --src file to read
 
     def read(self, recipe, split, limit):
         from normzoo.data import builtin
@@ -291,6 +292,12 @@ def test_a_third_partys_task_trains_is_listed_and_named_once_missing(
     record = {"kind": "task", "name": "nz_length", "distribution": dist, "version": version}
     assert record in torch.load(checkpoint, weights_only=True)["normzoo"]["plugins"]
     assert CliRunner().invoke(app, ["evaluate", str(checkpoint)]).exit_code == 0
+    # An option the task does not take is refused, never ignored (--src scored the test split).
+    texts = tmp_path / "some.tsv"
+    texts.write_text("a short one\tshort\n", encoding="utf-8")
+    refused = CliRunner().invoke(app, ["evaluate", str(checkpoint), "--src", str(texts)])
+    assert refused.exit_code == 2, refused.output
+    assert "--src applies to " in refused.output and "task nz_length" in refused.output
     fake_dists.restore()  # uninstalled
     result = CliRunner().invoke(app, ["evaluate", str(checkpoint)])
     assert result.exit_code == 2, result.output

@@ -71,7 +71,8 @@ def evaluate(
     task = task_of(loaded.recipe)
     given = [option for option, value in (("--beam", beam), ("--lenpen", lenpen),
                                           ("--bf16", bf16 or None), ("--hyps", hyps),
-                                          ("--ref", ref), ("--force", force or None))
+                                          ("--src", src), ("--ref", ref),
+                                          ("--force", force or None))
              if value is not None and option not in task.evaluate_options]
     if given:  # they would be ignored without a word, and the reader believe them used
         verb = "applies" if len(given) == 1 else "apply"

@@ -26,7 +26,7 @@ class Translation(Task):
     unit = "pairs"
     monitor = ("val/bleu", "max")
     evaluate_options: ClassVar[frozenset[str]] = frozenset(
-        {"--beam", "--lenpen", "--bf16", "--hyps", "--ref", "--force"})
+        {"--beam", "--lenpen", "--bf16", "--hyps", "--src", "--ref", "--force"})
     compared_score = ("bleu", "max", "BLEU")
 
     def monitored(self, recipe: Recipe) -> tuple[str, str]:
