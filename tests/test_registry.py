@@ -323,3 +323,18 @@ def test_first_doc_line():
     assert first_doc_line(Described) == "The description wins."
     assert first_doc_line(Docstring) == "First line after a blank."
     assert first_doc_line(Nothing) == ""
+
+
+def test_a_plugin_that_exits_on_import_is_broken_not_fatal(fake_dists):
+    """``sys.exit()`` in a plugin's module raised SystemExit through the registry, which caught
+    Exception only: ``normzoo list``, a mistyped name and ``evaluate`` ended with exit 1 and no
+    name. It is a broken plugin like any other, named where it is asked for."""
+    site = fake_dists.write(
+        "exiting-plugin", "0.1.0", {"normzoo.norms": {"exitnorm": "nz_fake_exits:Norm"}},
+        {"nz_fake_exits": "import sys\nsys.exit(3)\n"})
+    fake_dists.activate(site)
+    entries = {e.info.name: e for e in registry.norms.entries()}  # must not exit
+    assert entries["exitnorm"].error.startswith("SystemExit: 3")
+    with pytest.raises(RegistryError, match=r"exitnorm.*exiting-plugin 0\.1\.0.*failed to"):
+        registry.norms.get("exitnorm")
+    assert registry.norms.get("layernorm").__name__ == "LayerNorm"

@@ -213,7 +213,9 @@ class Registry:
     def _load(self, entry: Entry) -> None:
         try:
             entry.obj = EntryPoint(entry.info.name, entry.target, self.group).load()
-        except Exception as exc:  # a broken plugin must not take normzoo down with it
+        # A broken plugin must not take normzoo down with it: one that calls sys.exit() on
+        # import (SystemExit is no Exception) included; Ctrl-C still stops the command.
+        except (Exception, SystemExit) as exc:
             # Point at the plugin's own line, not at importlib's machinery.
             frames = [
                 frame
