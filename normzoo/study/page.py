@@ -5,6 +5,7 @@ the study's own prose (``intro`` before, ``notes`` after)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ def _prose(path: Path | None) -> list[str]:
 
 
 def render(study: Study, parts: list[PartResult], drawn: dict[str, dict[str, str]],
-           runs: Path, own: list[str] = ()) -> str:
+           runs: Path, own: Sequence[str] = ()) -> str:
     from normzoo.study.results import missing_cells
 
     lines = [f"# {study.name}", "", f"> {study.question}", "",
