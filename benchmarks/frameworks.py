@@ -3,7 +3,7 @@
 Every model is Pre-LN (a norm before each sublayer, a final norm after each stack), ReLU FFN,
 sinusoidal or learned absolute positions, shared source/target embeddings tied to the output
 projection where the library allows, and the same dropout. Each is trained by the same
-label-smoothed token loss and AdamW settings; normzoo's loss is its own TranslationTask's.
+label-smoothed token loss and AdamW settings; normzoo's loss is its own TranslationModule's.
 Libraries are imported inside their builders, so a worker process loads only its own.
 """
 
@@ -109,19 +109,19 @@ def normzoo_config(size: Size) -> dict:
 
 
 def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainSetup:
-    """normzoo's TranslationTask loss and its optimizer (AdamW + schedule), without a Trainer;
+    """normzoo's TranslationModule loss and its optimizer (AdamW + schedule), without a Trainer;
     ``compiled``: through ``trainer.compile``'s own compiled step."""
     from normzoo.recipe import from_dict
     from normzoo.run.machine import batch_ladder
     from normzoo.tasks.optim import build_optimizer
-    from normzoo.tasks.translation.module import TranslationTask
+    from normzoo.tasks.translation.module import TranslationModule
 
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
                                   "label_smoothing": LABEL_SMOOTHING},
                         "trainer": {"compile": compiled}})
     recipe = batch_ladder(recipe)  # as peers_data pads the batches: static shapes on a GPU
-    task = TranslationTask(recipe, vocab_size)
+    task = TranslationModule(recipe, vocab_size)
     optimizer, scheduler = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)
 
     def loss_terms(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

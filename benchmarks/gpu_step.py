@@ -5,7 +5,7 @@
         [--train-batches N] [--reps N] [--warmup N] [--precision bf16] [--data DIR]
         [--batches PATH] [--profile PATH.md] [--dry-run]
 
-The step is ``peers.py``'s normzoo step (``frameworks.normzoo_train``: ``TranslationTask``'s
+The step is ``peers.py``'s normzoo step (``frameworks.normzoo_train``: ``TranslationModule``'s
 loss, backward, normzoo's AdamW and schedule, no Lightning), on ``peers.py``'s batches
 (Multi30k packed by token budget, padded to a ladder of 12 lengths as ``normzoo train`` pads
 them on a GPU). ``--compile`` runs it through ``trainer.compile``'s own

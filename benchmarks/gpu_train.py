@@ -143,12 +143,12 @@ def parameters(run_dir: Path) -> int:
     from tokenizers import Tokenizer
 
     from normzoo.recipe import load
-    from normzoo.tasks.translation.module import TranslationTask
+    from normzoo.tasks.translation.module import TranslationModule
 
     recipe = load(run_dir / "recipe.yaml")
     vocab = Tokenizer.from_file(str(run_dir / "tokenizer.json")).get_vocab_size()
     with torch.device("meta"):
-        task = TranslationTask(recipe, vocab)
+        task = TranslationModule(recipe, vocab)
     return sum(p.numel() for p in task.model.parameters())
 
 

@@ -180,7 +180,7 @@ def report(args: argparse.Namespace, data: dict, results: list[dict[str, Any]],
               "`dropout` also drops attention weights and FFN activations, which the others "
               "leave alone (PyTorch offers no way to turn that off alone).",
               "- normzoo: `ModelConfig(residual=pre, norm=layernorm)`, sinusoidal positions, "
-              "fused QKV, trained through `TranslationTask.loss_terms` and normzoo's own "
+              "fused QKV, trained through `TranslationModule.loss_terms` and normzoo's own "
               "AdamW (`normzoo.tasks.optim`), outside Lightning.",
               "- Every framework steps the multi-tensor AdamW (`foreach=True`)."]
     return lines

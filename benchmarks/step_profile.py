@@ -77,7 +77,7 @@ def profile_steps(precision: str, steps: int, recipe_path: Path, overrides: list
     from normzoo.recipe import load
     from normzoo.tasks.datamodule import TextDataModule
     from normzoo.tasks.optim import build_optimizer
-    from normzoo.tasks.translation.module import TranslationTask
+    from normzoo.tasks.translation.module import TranslationModule
 
     recipe = load(recipe_path, overrides)
     module = TextDataModule(recipe, None, show_progress=False)
@@ -85,7 +85,7 @@ def profile_steps(precision: str, steps: int, recipe_path: Path, overrides: list
     loader = iter(module.train_dataloader())
     batches = [next(loader) for _ in range(steps + 2)]
     torch.manual_seed(0)
-    task = TranslationTask(recipe, module.tokenizer.vocab_size).train()
+    task = TranslationModule(recipe, module.tokenizer.vocab_size).train()
     optimizer, _ = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)
     smoothing = recipe.optim.label_smoothing
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 import torch
+from registered import BUILTIN_SCHEMES, norms_where
 from torch import nn
 
 from normzoo import registry
@@ -15,8 +17,9 @@ from normzoo.models import assemble
 from normzoo.recipe import from_dict
 from normzoo.run.machine import parameter_count
 
-SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns",
-           "hyper", "mhc", "ngpt", "peri", "mixln", "resi_dual", "admin"]
+SCHEMES = BUILTIN_SCHEMES
+# The norms whose factory takes a ``bias`` option, which ``model.bias: false`` turns off.
+BIAS_OPTION = norms_where(lambda factory: "bias" in inspect.signature(factory).parameters)
 FAMILIES = ["encoder", "decoder", "encoder_decoder"]
 
 
@@ -29,6 +32,7 @@ def biases(model: nn.Module) -> list[str]:
     return [name for name, _ in model.named_parameters() if name.rpartition(".")[2] == "bias"]
 
 
+# One norm with a bias and one without: the assertions below name which has one.
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_no_parameter_is_a_bias(family, norm):
@@ -51,7 +55,7 @@ def test_the_masked_lm_head_has_no_bias_and_still_runs():
     assert assemble(config(family="encoder")).output_bias.shape == (40,)  # default unchanged
 
 
-@pytest.mark.parametrize("norm", ["dyt", "batchnorm"])
+@pytest.mark.parametrize("norm", BIAS_OPTION)
 def test_norms_with_a_bias_option_leave_it_out(norm):
     model = assemble(config(family="encoder", norm=norm, bias=False))
     assert biases(model) == []

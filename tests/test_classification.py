@@ -14,10 +14,10 @@ import yaml
 from tiny import tiny
 from typer.testing import CliRunner
 
+from normzoo.classification import corpus
 from normzoo.cli import app
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
-from normzoo.tasks.classification import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -199,10 +199,10 @@ def test_every_trainable_weight_gets_a_gradient():
     gradient stops the run (Lightning's ``ddp`` does not look for unused parameters)."""
     import torch
 
-    from normzoo.tasks import task_class
+    from normzoo.contract import module_class
 
     recipe = from_dict(_recipe(Path("."), task_options={"labels": ["a", "b", "c"]}))
-    module = task_class("classification")(recipe, 100)
+    module = module_class("classification")(recipe, 100)
     batch = {"tokens": torch.randint(5, 100, (4, 9)), "labels": torch.tensor([0, 1, 2, 1])}
     module.loss_terms(batch).loss_sum.backward()
     without = [name for name, p in module.named_parameters()
@@ -247,7 +247,7 @@ def test_compare_judges_classifiers_on_their_test_accuracy():
 
 
 LENGTH_TASK = '''
-from normzoo.tasks.classification.task import Classification
+from normzoo.classification.task import Classification
 
 
 class SentenceLength(Classification):
@@ -256,10 +256,10 @@ class SentenceLength(Classification):
     name = "nz_length"
     evaluate_options = frozenset()  # its corpus is its own: no --src file to read
 
-    def read(self, recipe, split, limit):
+    def read(self, split):
         from normzoo.data import builtin
 
-        texts = [source for source, _ in builtin.generate(split, size=limit)]
+        texts = [source for source, _ in builtin.generate(split.name, size=split.limit)]
         yield texts, ["long" if len(t.split()) > 8 else "short" for t in texts]
 
     def builtin_files(self):

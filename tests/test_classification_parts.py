@@ -10,12 +10,12 @@ from collections import Counter, defaultdict
 import pytest
 import torch
 
+from normzoo.classification.corpus import LABELS, SPLITS, builtin_examples
+from normzoo.classification.layout import hub_examples, label_set, parse_lines
+from normzoo.classification.metrics import ClassificationMetrics, classification_scores
+from normzoo.classification.model import POOLINGS, ClassifierHead
 from normzoo.data.builtin import generate
 from normzoo.data.sources import DataError
-from normzoo.tasks.classification.corpus import LABELS, SPLITS, builtin_examples
-from normzoo.tasks.classification.layout import hub_examples, label_set, parse_lines
-from normzoo.tasks.classification.metrics import ClassificationMetrics, classification_scores
-from normzoo.tasks.classification.model import POOLINGS, ClassifierHead
 
 # --------------------------------------------------------------------------------------------
 # The built-in corpus.
@@ -35,8 +35,8 @@ def test_corpus_is_deterministic_and_a_prefix_under_limits(splits):
 
 
 def test_corpus_is_the_same_in_another_process_and_needs_no_torch(splits):
-    code = ("import sys; from normzoo.tasks.classification.corpus import builtin_examples as b;"
-            "import normzoo.tasks.classification.layout;"
+    code = ("import sys; from normzoo.classification.corpus import builtin_examples as b;"
+            "import normzoo.classification.layout;"
             "assert 'torch' not in sys.modules and 'lightning' not in sys.modules;"
             "t, l = b('test', 50); print(repr((t, l)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

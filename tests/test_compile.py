@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from registered import BUILTIN_TASKS
+from task_samples import model_of_family, sample
 
 from normzoo.recipe import from_dict
-from normzoo.tasks.translation.module import TranslationTask
+from normzoo.tasks.translation.module import TranslationModule
 
 RECIPE = {
     "task": "translation",
@@ -16,14 +18,14 @@ RECIPE = {
 }
 
 
-def task(compile_mode: bool | str) -> TranslationTask:
+def task(compile_mode: bool | str) -> TranslationModule:
     recipe = from_dict({**RECIPE, "trainer": {"compile": compile_mode}})
     torch.manual_seed(0)
-    return TranslationTask(recipe, vocab_size=50)
+    return TranslationModule(recipe, vocab_size=50)
 
 
 def test_compile_is_off_by_default_and_compiles_the_loss_when_asked():
-    """The model and its loss compile as one region (``NormzooTask.step_terms``); the model
+    """The model and its loss compile as one region (``TaskModule.step_terms``); the model
     itself is left as it is, so its weights keep their names and checkpoints load into an
     eager model."""
     assert task(False)._compiled is None
@@ -51,29 +53,30 @@ def test_the_compiled_step_computes_what_the_eager_one_does():
     assert compiled._compiles.compiles == 1
 
 
-@pytest.mark.parametrize("task_name", ["translation", "mlm", "causal_lm"])
-def test_the_model_and_its_loss_trace_as_one_graph(task_name: str):
+# The small model of each family (dropout on: its masks are in the graph too).
+SMALL = {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1}
+FAMILY_MODELS = {
+    "encoder_decoder": RECIPE["model"],
+    "encoder": {**SMALL, "encoder_layers": 2, "norm": "rmsnorm"},
+    "decoder": {**SMALL, "decoder_layers": 2, "positions": "rope", "norm": "rmsnorm"},
+}
+
+
+@pytest.mark.parametrize("task_name", BUILTIN_TASKS)
+def test_the_model_and_its_loss_trace_as_one_graph(task_name: str, tmp_path):
     """No graph break between the embeddings and the loss: each break splits the compiled
     step and adds guards. The padding mask the stacks publish for masked norms once broke the
     graph at every layer (a ContextVar, which TorchDynamo cannot trace). Masked BatchNorm
     still breaks it where it counts the real tokens of a batch (a number the graph depends on)."""
     import torch._dynamo
 
-    from normzoo.tasks import task_class
+    from normzoo.contract import module_class
 
-    small = {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.1}
-    model = {"translation": RECIPE["model"],
-             "mlm": {**small, "encoder_layers": 2, "norm": "rmsnorm"},
-             "causal_lm": {**small, "decoder_layers": 2, "positions": "rope",
-                           "norm": "rmsnorm"}}[task_name]
-    recipe = from_dict({"task": task_name, "model": model})
+    # A padded training batch of the task's own data, on the small model of its family.
+    recipe, batch, vocab = sample(task_name, tmp_path,
+                                  model=model_of_family(task_name, FAMILY_MODELS))
     torch.manual_seed(0)
-    current = task_class(task_name)(recipe, 50).train()
-    tokens = torch.randint(4, 50, (3, 8))
-    tokens[0, 6:] = 0  # padding
-    labels = torch.where(tokens > 0, tokens, -100)
-    batch = ({"src": tokens, "tgt_in": tokens[:, :-1], "tgt_out": tokens[:, 1:]}
-             if task_name == "translation" else {"tokens": tokens, "labels": labels})
+    current = module_class(task_name)(recipe, vocab).train()
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lambda b: current.loss_terms(b, 0.1).loss_sum)(batch)
     assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]

@@ -13,22 +13,29 @@ from pathlib import Path
 
 import pytest
 import torch
+from registered import BUILTIN_TASKS, norms_where, tasks_where
+from task_samples import model_of_family, sample
 from tiny import tiny
 
+from normzoo.contract import module_class
 from normzoo.recipe import from_dict
-from normzoo.tasks import base, compiled, task_class
+from normzoo.tasks import base, compiled
 from normzoo.tasks.compiled import compiled_inputs, recompiles_expected
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
 SMALL = {"d_model": 32, "heads": 2, "ffn_dim": 64, "dropout": 0.0}
-MODELS = {  # dropout 0: a padded batch draws other dropout masks, as any other shape would
-    "translation": {**SMALL, "encoder_layers": 1, "decoder_layers": 1},
-    "mlm": {**SMALL, "encoder_layers": 2, "norm": "rmsnorm"},
-    # Masked BatchNorm's statistics skip padding (an encoder's only: a decoder refuses it).
-    "mlm-batchnorm": {**SMALL, "encoder_layers": 2, "norm": "batchnorm"},
-    "causal_lm": {**SMALL, "decoder_layers": 2, "positions": "rope", "norm": "rmsnorm"},
+# The small model of each family a task trains.
+FAMILY_MODELS = {  # dropout 0: a padded batch draws other dropout masks, as any other shape would
+    "encoder_decoder": {**SMALL, "encoder_layers": 1, "decoder_layers": 1},
+    "encoder": {**SMALL, "encoder_layers": 2, "norm": "rmsnorm"},
+    "decoder": {**SMALL, "decoder_layers": 2, "positions": "rope", "norm": "rmsnorm"},
 }
+# Every task on its family's model, and each encoder's task with each norm whose statistics mix
+# positions (masked BatchNorm's skip padding; a decoder, causal, refuses such a norm).
+PADDING_CASES = [(task, None) for task in BUILTIN_TASKS] + [
+    (task, norm) for task in tasks_where(lambda task: task.family == "encoder")
+    for norm in norms_where(lambda factory: getattr(factory, "mixes_positions", False))]
 
 
 @pytest.fixture
@@ -42,40 +49,43 @@ def traced(monkeypatch):
     torch._dynamo.reset()
 
 
-def make(name: str, **trainer):
-    task_name = name.split("-")[0]
-    recipe = from_dict({"task": task_name, "model": MODELS[name], "trainer": trainer})
+def make(task_name: str, **trainer):
+    recipe = from_dict({"task": task_name, "model": model_of_family(task_name, FAMILY_MODELS),
+                        "trainer": trainer})
     torch.manual_seed(0)
-    return task_class(task_name)(recipe, 50).train()
+    return module_class(task_name)(recipe, 50).train()
 
 
 def batch_for(task_name: str, rows: int = 3, length: int = 11) -> dict:
+    """A translation batch (``task_name``: translation) of ``rows`` pairs, padded inside."""
     torch.manual_seed(1)
     tokens = torch.randint(4, 50, (rows, length))
     tokens[0, length - 4:] = 0  # a shorter sentence: padding inside the batch already
-    if task_name == "translation":
-        target = torch.randint(4, 50, (rows, length - 2))
-        target[1, 3:] = 0
-        return {"src": tokens, "tgt_in": target[:, :-1], "tgt_out": target[:, 1:],
-                "ntokens": 7}
-    labels = torch.where(tokens > 0, tokens, -100)
-    if task_name == "mlm":
-        labels[:, ::2] = -100  # the positions an MLM does not predict
-    return {"tokens": tokens, "labels": labels, "ntokens": 7}
+    target = torch.randint(4, 50, (rows, length - 2))
+    target[1, 3:] = 0
+    return {"src": tokens, "tgt_in": target[:, :-1], "tgt_out": target[:, 1:], "ntokens": 7}
 
 
 def padded_to(batch: dict, fill: dict[str, int], length: int) -> dict:
     """The loss's tensors of ``batch``, right-padded along time to ``length`` with each one's
-    padding value, as a ladder's rung pads a collated batch."""
+    padding value, as a ladder's rung pads a collated batch (a tensor of one value per example,
+    a classifier's labels, has no time to pad)."""
     return {name: torch.nn.functional.pad(batch[name], (0, length - batch[name].shape[1]),
-                                          value=value) for name, value in fill.items()}
+                                          value=value) if batch[name].dim() > 1 else batch[name]
+            for name, value in fill.items()}
 
 
-@pytest.mark.parametrize("name", list(MODELS))
-def test_padding_changes_neither_the_loss_nor_the_gradients(name: str):
-    task = make(name)
-    batch = batch_for(name.split("-")[0])
-    padded = padded_to(batch, task.loss_inputs, 16)
+@pytest.mark.parametrize(("task_name", "norm"), PADDING_CASES,
+                         ids=[task + (f"-{norm}" if norm else "") for task, norm in PADDING_CASES])
+def test_padding_changes_neither_the_loss_nor_the_gradients(task_name: str, norm: str | None,
+                                                             tmp_path: Path):
+    model = {**model_of_family(task_name, FAMILY_MODELS), "max_positions": 128,
+             **({"norm": norm} if norm else {})}
+    recipe, batch, vocab = sample(task_name, tmp_path, model=model)
+    torch.manual_seed(0)
+    task = module_class(task_name)(recipe, vocab).train()
+    longest = max(batch[name].shape[1] for name in task.loss_inputs if batch[name].dim() > 1)
+    padded = padded_to(batch, task.loss_inputs, longest + 5)
     assert "ntokens" not in compiled_inputs(batch, task.loss_inputs)  # host-side counts stay out
 
     def loss_and_grads(inputs):
@@ -113,10 +123,10 @@ def test_on_a_ladder_the_step_compiles_static_shapes_once_each(traced):
     seen again compiles nothing."""
     import torch._dynamo.config as dynamo
 
-    recipe = from_dict({"task": "translation", "model": MODELS["translation"],
+    recipe = from_dict({"task": "translation", "model": FAMILY_MODELS["encoder_decoder"],
                         "data": {"buckets": [8, 16, 24]}, "trainer": {"compile": True}})
     torch.manual_seed(0)
-    task = task_class("translation")(recipe, 50).train()
+    task = module_class("translation")(recipe, 50).train()
     eager = make("translation")
     assert dynamo.recompile_limit >= recompiles_expected(3)
     shapes = ((4, 8), (3, 16), (2, 24), (4, 8), (3, 16))

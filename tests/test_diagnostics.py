@@ -31,6 +31,7 @@ def real_tokens(x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
     return x[~pad]
 
 
+# A pre-norm, a post-norm and a two-stream scheme: the three ways a stream is read.
 @pytest.mark.parametrize("residual", ["pre", "post", "resi_dual"])
 def test_forward_diagnostics_equal_direct_computations(residual):
     torch.manual_seed(0)
@@ -292,7 +293,7 @@ def test_cells_running_side_by_side_fail_alike(tmp_path):
               [f"data.dir={missing}"], tmp_path / "sweep", steps=2, jobs=2)
     assert caught.value.exit_code == 2
     assert "1 of 2 sweep cells failed" in str(caught.value)
-    # A training run checks its inputs before it reads any (normzoo.recipe.paths.for_training).
+    # A training run checks its inputs before it reads any (normzoo.run.inputs.for_training).
     assert "source-files" in str(caught.value)
     assert f"the folder {missing} does not exist" in str(caught.value)
     results = (tmp_path / "sweep" / "results.md").read_text()

@@ -27,6 +27,9 @@ import torch
 import warm
 import yaml
 
+from normzoo.classification import corpus
+from normzoo.contract import module_class, task_of
+from normzoo.contract.outputs import OUTPUTS_FILE
 from normzoo.data import builtin
 from normzoo.data.batching import TokenBudgetSampler
 from normzoo.data.examples import BlockData
@@ -34,10 +37,7 @@ from normzoo.data.tokenizer import Tokenizer
 from normzoo.recipe import Recipe, from_dict
 from normzoo.run import training as train
 from normzoo.run.identity import weights_sha256
-from normzoo.tasks import task_class, task_of
-from normzoo.tasks.classification import corpus
 from normzoo.tasks.per_example import ExampleOutputsError
-from normzoo.verdicts.outputs import OUTPUTS_FILE
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -239,7 +239,7 @@ def test_the_identity_is_the_seed_and_the_hash_of_the_weights_the_run_started_fr
     built = from_dict(plain)
     L.seed_everything(built.seed, workers=True, verbose=False)
     vocab = Tokenizer.load(run / "tokenizer.json").vocab_size
-    fresh = task_class(built.task)(built, vocab)
+    fresh = module_class(built.task)(built, vocab)
     assert weights_sha256(fresh.model) == identity["init_sha256"]
     trained = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert trained["normzoo"]["identity"] == identity
@@ -253,7 +253,7 @@ def test_a_run_started_from_init_from_hashes_the_weights_it_loaded(runs, data, t
                                trainer={"max_steps": 2}), "lm.yaml")
     plain = saved_recipe(runs["causal_lm"])
     built = from_dict(plain)
-    model = task_class(built.task)(built, Tokenizer.load(runs["causal_lm"] / "tokenizer.json")
+    model = module_class(built.task)(built, Tokenizer.load(runs["causal_lm"] / "tokenizer.json")
                                    .vocab_size)
     model.load_state_dict(torch.load(source, weights_only=True)["state_dict"])
     assert started["identity"]["seed"] == 1

@@ -22,6 +22,7 @@ import lightning.pytorch  # noqa: F401
 import pytest
 import torch
 import yaml
+from registered import BUILTIN_TASKS
 from tiny import TINY
 from typer.testing import CliRunner
 
@@ -245,7 +246,7 @@ def test_an_empty_recipe_file_is_refused(tmp_path: Path, cache: Path, text: str)
 
 
 @pytest.mark.parametrize("text", [" \n", "\n\n\n", "\t \r\n  \n"])
-@pytest.mark.parametrize("task", ["translation", "causal_lm"])
+@pytest.mark.parametrize("task", ["translation", "causal_lm"])  # parallel files; one text file
 def test_whitespace_only_training_files_are_refused(tmp_path: Path, cache: Path, text: str,
                                                     task: str):
     folder = tmp_path / "data"
@@ -320,7 +321,7 @@ def test_the_size_estimate_is_a_close_lower_bound():
                    "decoder_layers": 1, "activation": "swiglu", "share_embeddings": False,
                    "tie_output": False, "positions": "learned", "max_positions": 100},
                   ):
-        for task in ("translation", "mlm", "causal_lm"):
+        for task in BUILTIN_TASKS:
             recipe = recipes.from_dict({"task": task, "model": model,
                                         "data": {"tokenizer": {"vocab_size": 300}}})
             real = sum(p.numel() for p in assemble(recipe.model, vocab_size=300).parameters())

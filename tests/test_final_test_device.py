@@ -85,6 +85,10 @@ def test_the_decodes_run_on_the_strategys_root_device_and_the_model_returns_to_t
                               checkpoint_callback=SimpleNamespace(best_model_path=""),
                               default_root_dir=str(tmp_path), loggers=[], global_step=4)
     recipe = SimpleNamespace(eval=SimpleNamespace(average_last=1))
-    assert final_test.test_translation(recipe, task, None, trainer) == {"bleu": 1.0}
+    from normzoo.plugin import FinalTest
+
+    end = FinalTest(recipe, task, None, trainer, training_ended=lambda: None,
+                    in_loops=lambda: ({}, {}), last_validation=dict, log_test=lambda scores: None)
+    assert final_test.test_translation(end) == {"bleu": 1.0}
     assert seen == ["cuda:1"]
     assert task.place == "cpu"

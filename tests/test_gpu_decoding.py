@@ -9,10 +9,10 @@ import warnings
 
 import pytest
 import torch
+from registered import BUILTIN_SCHEMES
 from test_decoding_batched import sources as cpu_sources
 
 import normzoo.inference.step_graphs as step_graphs
-from normzoo import registry
 from normzoo.inference.decoding import beam_search, greedy
 from normzoo.models import assemble
 
@@ -42,7 +42,7 @@ def captured(model) -> list[step_graphs.Captured]:
     return list(step_graphs._CAPTURED.get(model, {}).values())
 
 
-@pytest.mark.parametrize("scheme", sorted(registry.residuals.names()))
+@pytest.mark.parametrize("scheme", BUILTIN_SCHEMES)
 def test_every_scheme_s_step_is_captured_and_finds_the_eager_hypotheses(scheme):
     model = model_for(scheme)
     src = sources(6, seed=1)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from registered import BUILTIN_SCHEMES
 
 from normzoo.models import assemble
 from normzoo.nn.attention import MultiheadAttention
 
 DIM, HEADS, HEAD_DIM = 32, 4, 8
-SCHEMES = ["post", "pre", "sandwich", "deepnorm", "subln", "rezero", "layerscale", "lns",
-           "hyper", "mhc", "ngpt", "peri", "mixln", "resi_dual", "admin"]
+SCHEMES = BUILTIN_SCHEMES
 
 
 def config(**changes):

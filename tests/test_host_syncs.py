@@ -26,9 +26,9 @@ import normzoo.run.callbacks.logs as logs
 import normzoo.run.console as console
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
-from normzoo.tasks.base import NormzooTask
+from normzoo.tasks.base import TaskModule
 from normzoo.tasks.compiled import CompileCount
-from normzoo.tasks.translation.module import TranslationTask
+from normzoo.tasks.translation.module import TranslationModule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
@@ -62,7 +62,7 @@ def _reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: bool) -> list
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(console, "is_terminal", lambda stream: True)
     modes: list[Reads] = []
-    start, end = NormzooTask.on_train_start, NormzooTask.on_train_end
+    start, end = TaskModule.on_train_start, TaskModule.on_train_end
 
     def on_train_start(self) -> None:
         start(self)
@@ -73,8 +73,8 @@ def _reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: bool) -> list
         modes[-1].__exit__(None, None, None)
         end(self)
 
-    monkeypatch.setattr(NormzooTask, "on_train_start", on_train_start)
-    monkeypatch.setattr(NormzooTask, "on_train_end", on_train_end)
+    monkeypatch.setattr(TaskModule, "on_train_start", on_train_start)
+    monkeypatch.setattr(TaskModule, "on_train_end", on_train_end)
     recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")}, diagnostics={"guard": guard},
                             trainer={"max_steps": 20, "val_every_steps": 20,
                                      "log_every_steps": EVERY, "progress_bar": True}))
@@ -154,7 +154,7 @@ def test_the_throughput_waits_for_the_gpu_only_where_its_figures_read_the_clock(
 
 def test_the_compile_count_is_logged_only_where_it_is_written(monkeypatch):
     """Logging a host number copies it to the GPU, which waits: only at written steps."""
-    task = TranslationTask(from_dict(tiny(trainer={"compile": True})), 120)
+    task = TranslationModule(from_dict(tiny(trainer={"compile": True})), 120)
     assert isinstance(task._compiles, CompileCount)  # nothing compiles until a step runs
     logged: list[tuple] = []
     monkeypatch.setattr(task, "log", lambda name, value, **kw: logged.append((name, value)),

@@ -162,3 +162,47 @@ def test_a_misfit_is_refused_before_the_data_is_prepared(recipe: Path, tiny_chec
     assert "data:" not in output
     assert not (recipe.parent / "cache").exists() or not any(
         (recipe.parent / "cache").rglob("*.json"))
+
+
+def test_init_from_into_a_scheme_with_a_weight_constraint_applies_it_before_the_first_forward(
+        recipe: Path, tiny_checkpoint: Path, monkeypatch: pytest.MonkeyPatch):
+    """nGPT keeps every matrix row at unit length (its ``after_step``, applied at build and
+    after each update); weights loaded from a Pre-LN run, whose rows are not unit, are put on
+    the sphere as they are loaded, not at the first update (issue 59, 6)."""
+    from torch import nn
+
+    from normzoo.residual.ngpt import _WRITES
+    from normzoo.run.init_weights import InitWeights
+
+    old = load(tiny_checkpoint)["state_dict"]
+    ffn_in = old["model.encoder.layers.0.ffn.ffn_in.weight"]
+    assert (ffn_in.norm(dim=1) - 1).abs().max() > 0.1  # the source's rows are far from unit
+
+    def off_unit(model: nn.Module) -> dict[str, float]:
+        rows = {}
+        for name, module in model.named_modules():
+            role_weights = getattr(module, "role_weights", None)
+            if callable(role_weights):
+                for role, weight in role_weights().items():
+                    norms = weight.norm(dim=0 if role in _WRITES else 1)
+                    rows[f"{name}:{role}"] = (norms - 1).abs().max().item()
+            elif isinstance(module, nn.Embedding):
+                rows[name] = (module.weight.norm(dim=1) - 1).abs().max().item()
+        return rows
+
+    seen: list[dict[str, float]] = []
+    load_into = InitWeights.load_into
+
+    def spy(self: InitWeights, model: nn.Module) -> None:
+        load_into(self, model)
+        model.register_forward_pre_hook(
+            lambda module, args: None if seen else seen.append(off_unit(module)))
+
+    monkeypatch.setattr(InitWeights, "load_into", spy)
+    code, output = train("run.dir=run", f"init.from={tiny_checkpoint}", "init.strict=false",
+                         "model.residual=ngpt")
+    assert code == 0, output
+    assert "init: loaded" in output and "init: not loaded (init.strict=false)" in output
+    (first,) = seen  # the first forward pass, before any update
+    assert len(first) > 10 and any(":ffn_in" in name for name in first)
+    assert max(first.values()) < 1e-5, {k: v for k, v in first.items() if v >= 1e-5}

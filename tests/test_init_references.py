@@ -129,6 +129,7 @@ def check(model: nn.Module, scheme: str, family: str) -> int:
     return checked
 
 
+# The schemes whose init a reference implementation fixes (expected() gives each one's law).
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("scheme", ["post", "pre", "admin", "deepnorm", "subln", "resi_dual"])
 def test_every_role_matches_its_reference(scheme: str, family: str) -> None:
@@ -137,6 +138,7 @@ def test_every_role_matches_its_reference(scheme: str, family: str) -> None:
     assert check(model, scheme, family) == per_stack[family]
 
 
+# One of each reference law (Transformer-Clinic's, torchscale's two, ResiDual's).
 @pytest.mark.parametrize("scheme", ["pre", "deepnorm", "subln", "resi_dual"])
 def test_separate_qkv_matrices_get_the_fused_variances(scheme: str) -> None:
     """Stored as three [d, d] matrices or one fused [3d, d], each role draws the same law."""

@@ -171,16 +171,16 @@ def test_a_run_the_machine_fails_records_the_failure(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch):
     """Out of memory mid-run: exit 1 with what to do, and ``summary.json`` says so too (it
     is written by every ending, through ``TrainingRun.write_summary``)."""
-    from normzoo.tasks.translation.module import TranslationTask
+    from normzoo.tasks.translation.module import TranslationModule
 
-    step = TranslationTask.training_step
+    step = TranslationModule.training_step
 
     def out_of_memory_at_step_2(task, *args, **kwargs):
         if task.trainer.global_step == 2:
             raise torch.OutOfMemoryError("CUDA out of memory (planted)")
         return step(task, *args, **kwargs)
 
-    monkeypatch.setattr(TranslationTask, "training_step", out_of_memory_at_step_2)
+    monkeypatch.setattr(TranslationModule, "training_step", out_of_memory_at_step_2)
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     recipe = tmp_path / "t.yaml"
     recipe.write_text(yaml.safe_dump(tiny(run={"dir": str(tmp_path / "run")},

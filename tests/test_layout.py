@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from registered import declared
 
 import normzoo
 
@@ -263,11 +264,10 @@ def test_an_old_import_path_simply_stops_importing(old: str):
         importlib.import_module(old)
 
 
-# Every built-in scheme's module; "post" and "pre" are also the two placements the exports map
-# to, so the name check leaves those two words out.
+# Every built-in scheme's module and name (as pyproject.toml declares them); "post" and "pre"
+# are also the two placements the exports map to, so the name check leaves those two words out.
 SCHEME_MODULES = {p.stem for p in (ROOT / "residual").glob("*.py")} - {"__init__", "base"}
-SCHEME_NAMES = {"deepnorm", "admin", "subln", "rezero", "layerscale", "peri", "mixln",
-                "sandwich", "resi_dual", "lns"}
+SCHEME_NAMES = declared("residual") - {"post", "pre"}
 
 
 def test_no_module_outside_residual_imports_a_scheme_or_compares_its_name():
@@ -296,8 +296,13 @@ def test_no_module_outside_residual_imports_a_scheme_or_compares_its_name():
 
 # Every built-in task's name and package: the rest of normzoo asks the task (the contract in
 # normzoo/tasks/contract.py), as it asks a residual scheme.
-TASK_NAMES = {"translation", "mlm", "causal_lm", "classification"}
-TASK_PACKAGES = {p.name for p in (ROOT / "tasks").iterdir() if (p / "task.py").is_file()}
+TASK_NAMES = declared("task")
+# normzoo's own tasks: translation and the language models in normzoo/tasks/, and the
+# classifier, written against normzoo.plugin alone, as a package of its own.
+TASK_DIRS = [p for p in [*(ROOT / "tasks").iterdir(), ROOT / "classification"]
+             if (p / "task.py").is_file()]
+TASK_PACKAGES = {p.name for p in TASK_DIRS}
+TASK_MODULES = tuple(module_name(p / "__init__.py") for p in TASK_DIRS)
 # The issue's own search: ``task == "..."``, ``task in (...)``, ``.task == ...``.
 TASK_SWITCH = re.compile(r"""task ?[=!]= ?['"]|task (not )?in [\(\{\[]|\.task ?[=!]=""")
 
@@ -309,7 +314,8 @@ def _task_switches(name: str, source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
             package = node.module.removeprefix("normzoo.tasks.").split(".")[0]
-            if node.module.startswith("normzoo.tasks.") and package in TASK_PACKAGES:
+            if ((node.module.startswith("normzoo.tasks.") and package in TASK_PACKAGES)
+                    or node.module.startswith(TASK_MODULES)):
                 found.append(f"{name} imports {node.module}")
         if isinstance(node, ast.Compare):
             constants = [c.value for c in [node.left, *node.comparators]
@@ -329,7 +335,7 @@ def test_nothing_outside_tasks_names_a_task():
     built-in does (issue 53)."""
     found = []
     for name, path in MODULES.items():
-        if name.startswith("normzoo.tasks"):
+        if name.startswith(("normzoo.tasks", *TASK_MODULES)):
             continue
         found += _task_switches(name, path.read_text(encoding="utf-8"))
     assert found == []
@@ -340,7 +346,7 @@ def test_the_task_check_sees_the_switches_that_were_there():
     old = ('a = recipe.task == "translation"\n'
            'b = task not in ("causal_lm", "mlm")\n'
            'x = {"translation": 1, "mlm": 2}\n'
-           'from normzoo.tasks.lm.module import MaskedLMTask\n'
+           'from normzoo.tasks.lm.module import MaskedLMModule\n'
            'c = "mlm" == kind\n')
     assert len(_task_switches("old", old)) == 6  # the first two lines are found both ways
 
@@ -354,3 +360,62 @@ def test_every_built_in_task_is_listed_and_registered():
                             capture_output=True, text=True, check=True)
     assert [line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip()] == \
         sorted(TASK_NAMES)
+
+
+def test_imports_run_down_the_floors_that_the_architecture_page_states():
+    """0 imports running back up: import-linter's layers contract (pyproject.toml) over every
+    import, those inside functions included (type-only ones under TYPE_CHECKING are not
+    dependencies), and its floors are the order docs/architecture.md states."""
+    import tomllib
+
+    config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    [contract] = config["tool"]["importlinter"]["contracts"]
+    page = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    stated = re.search(r"From the top: (.+?)\.\s", page, re.S).group(1)
+    floors = [" | ".join(re.findall(r"`(\w+)`", floor)) for floor in stated.split("→")]
+    assert floors == contract["layers"]
+    result = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_"
+                             "command; lint_imports_command()"],
+                            capture_output=True, text=True, cwd=ROOT.parent)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "0 broken" in result.stdout
+
+
+def _normzoo_imports(folder: Path) -> dict[str, set[str]]:
+    """Each module of ``folder``'s normzoo imports (module-level, in functions, type-only)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     and node.level == 0 else
+                     [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [])
+            found.setdefault(path.name, set()).update(
+                n for n in names if n == "normzoo" or n.startswith("normzoo."))
+    return found
+
+
+@pytest.mark.parametrize("folder", [
+    ROOT / "classification",
+    ROOT.parent / "plugins" / "normzoo-example-plugin" / "normzoo_example_plugin"],
+    ids=["classification", "example-plugin"])
+def test_a_plugin_imports_only_normzoo_plugin_and_its_own_package(folder: Path):
+    """What a plugin needs is in normzoo.plugin (issue 59): the built-in classifier and the
+    example plugin are written against it alone, so the rest of normzoo is private."""
+    own = "normzoo.classification" if folder.name == "classification" else folder.name
+    for module, names in _normzoo_imports(folder).items():
+        outside = sorted(n for n in names if n != "normzoo.plugin" and n != own
+                         and not n.startswith(own + "."))
+        assert outside == [], f"{folder.name}/{module} imports {outside}"
+
+
+def test_normzoo_plugin_names_every_part_it_documents():
+    """Each public name resolves (the lazy ones too), and the contract part imports no torch."""
+    import normzoo.plugin as plugin
+
+    for name in plugin.__all__:
+        assert getattr(plugin, name) is not None, name
+    fresh = subprocess.run([sys.executable, "-c", "import sys, normzoo.plugin; "
+                            "print('torch' in sys.modules, 'lightning' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert fresh.stdout.split() == ["False", "False"]

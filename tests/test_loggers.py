@@ -261,7 +261,8 @@ def test_averaged_and_greedy_scores_go_to_every_logger():
 
     from lightning.pytorch.loggers import Logger
 
-    from normzoo.tasks.translation.final_test import log_test_scores
+    from normzoo.run.history import log_test_scores
+    from normzoo.tasks.translation.final_test import logged_scores
 
     class Recording(Logger):
         name, version = "recording", 0
@@ -285,7 +286,7 @@ def test_averaged_and_greedy_scores_go_to_every_logger():
                "signature": "nrefs:1|...", "copy_source_bleu": 1.0, "sentences": 10,
                "averaged": {"requested": 5, "checkpoints": ["step-10.ckpt"], "bleu": 32.0,
                             "chrf": 56.0, "greedy_bleu": 31.0}}
-    log_test_scores(SimpleNamespace(loggers=loggers, global_step=120), summary)
+    log_test_scores(SimpleNamespace(loggers=loggers, global_step=120), logged_scores(summary))
     for logger in loggers:
         assert logger.calls == [({"test/bleu": 31.5, "test/chrf": 55.25, "test/greedy_bleu": 30.0,
                                   "test/averaged/bleu": 32.0, "test/averaged/chrf": 56.0,

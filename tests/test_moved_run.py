@@ -22,7 +22,7 @@ from normzoo.checkpoints.relocate import relocated_state
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
 from normzoo.run.callbacks import RelocateCheckpoints
-from normzoo.tasks.translation.module import TranslationTask
+from normzoo.tasks.translation.module import TranslationModule
 
 
 def _recipe(run_dir: Path, max_steps: int) -> Any:
@@ -51,16 +51,16 @@ def test_a_moved_run_resumes_with_its_best_checkpoint_and_score(tmp_path: Path, 
     new.parent.mkdir()
     shutil.move(old, new)
     # Every validation after the resume is worse than the old best.
-    real = TranslationTask.validation_step
+    real = TranslationModule.validation_step
 
-    def worse(self: TranslationTask, batch: dict[str, Any], batch_idx: int) -> None:
+    def worse(self: TranslationModule, batch: dict[str, Any], batch_idx: int) -> None:
         self.log("val/loss", self.loss_terms(batch).mean + 100.0, batch_size=batch["ntokens"])
 
-    monkeypatch.setattr(TranslationTask, "validation_step", worse)
+    monkeypatch.setattr(TranslationModule, "validation_step", worse)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         summary = train.run(_recipe(new, 5), "tiny.yaml", resume="auto")
-    monkeypatch.setattr(TranslationTask, "validation_step", real)
+    monkeypatch.setattr(TranslationModule, "validation_step", real)
     assert not [w for w in caught if "dirpath has changed" in str(w.message)]
 
     after = trainers[-1].checkpoint_callback

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 import normzoo.tasks.base as base
 from normzoo.recipe import OptimConfig, from_dict
 from normzoo.tasks.optim import adamw_impl, build_optimizer
-from normzoo.tasks.translation.module import TranslationTask
+from normzoo.tasks.translation.module import TranslationModule
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
@@ -78,7 +78,7 @@ class StepNorms(L.Callback):
 
 def _fit(precision: str, clip: float) -> StepNorms:
     torch.manual_seed(0)
-    task = TranslationTask(from_dict(tiny(trainer={"precision": precision})), 120)
+    task = TranslationModule(from_dict(tiny(trainer={"precision": precision})), 120)
     seen = StepNorms()
     trainer = L.Trainer(max_steps=3, precision=precision, gradient_clip_val=clip,
                         accelerator="cpu", devices=1, logger=False, callbacks=[seen],
@@ -101,7 +101,7 @@ def test_fused_adamw_clips_gradients_in_every_precision_it_runs_in(monkeypatch, 
 def test_lightning_itself_refuses_to_clip_for_fused_adamw_under_bf16_mixed(monkeypatch):
     """What the task's own clipping is there for: Lightning's plugin, left to clip, raises."""
     monkeypatch.setattr(base, "adamw_impl", lambda device, precision: "fused")
-    monkeypatch.setattr(base.NormzooTask, "configure_gradient_clipping",
+    monkeypatch.setattr(base.TaskModule, "configure_gradient_clipping",
                         L.LightningModule.configure_gradient_clipping)
     with pytest.raises(RuntimeError, match="does not allow for gradient clipping"):
         _fit("bf16-mixed", 1.0)

@@ -130,8 +130,8 @@ def test_a_data_key_its_source_does_not_read_is_named(tmp_path: Path,
 def test_resolving_leaves_hub_names_and_unset_paths_alone(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     from normzoo.recipe import from_dict
-    from normzoo.recipe.paths import resolve_paths
     from normzoo.run.directory import run_directory
+    from normzoo.run.inputs import resolve_paths
 
     monkeypatch.chdir(tmp_path)
     builtin_recipe = from_dict(tiny())

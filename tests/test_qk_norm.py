@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from registered import BUILTIN_SCHEMES
 
 from normzoo.errors import ConfigError
 from normzoo.models import assemble
@@ -77,9 +78,7 @@ def test_the_kv_cache_holds_normalised_keys_so_incremental_decoding_equals_the_f
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("residual", ["post", "pre", "deepnorm", "admin", "resi_dual", "subln",
-                                      "rezero", "layerscale", "peri", "mixln", "sandwich",
-                                      "lns", "hyper", "mhc", "ngpt"])
+@pytest.mark.parametrize("residual", BUILTIN_SCHEMES)
 def test_every_scheme_takes_qk_norm_and_trains_a_step(residual):
     torch.manual_seed(2)
     model = assemble({**SMALL, "family": "encoder_decoder", "residual": residual})

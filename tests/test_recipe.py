@@ -12,6 +12,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from registered import builtin
 
 from normzoo import recipe as recipes
 from normzoo.errors import ConfigError, NormzooError
@@ -84,9 +85,7 @@ def test_an_empty_recipe_file_is_refused_and_braces_give_the_defaults(tmp_path: 
 
 
 @pytest.mark.parametrize(
-    ("task", "family"),
-    [("translation", "encoder_decoder"), ("mlm", "encoder"), ("causal_lm", "decoder")],
-)
+    ("task", "family"), [(name, task.family) for name, task in builtin("task").items()])
 def test_task_fills_in_the_model_family(task: str, family: str):
     assert from_dict({"task": task}).model.family == family
     assert from_dict({"task": task, "model": {"d_model": 64, "heads": 2}}).model.family == family

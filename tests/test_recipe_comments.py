@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from normzoo.recipe import load
-from normzoo.recipe.paths import unread_data_keys
+from normzoo.run.inputs import unread_data_keys
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 OVERRIDE = re.compile(r"^[a-z_][\w.]*=\S*$")

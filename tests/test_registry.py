@@ -7,17 +7,16 @@ import sys
 from importlib.metadata import distributions, version
 
 import pytest
+from registered import declared
 
 from normzoo import registry
 from normzoo.errors import ConfigError, RegistryError
 from normzoo.models import assemble
 from normzoo.registry import first_doc_line, normalize_distribution, plugin_provenance
 
-NORMS = {"layernorm", "rmsnorm", "scalenorm", "dyt", "batchnorm"}
-RESIDUALS = {
-    "post", "pre", "sandwich", "deepnorm", "subln", "rezero",
-    "layerscale", "peri", "mixln", "resi_dual", "admin", "lns", "hyper", "mhc", "ngpt",
-}
+# normzoo's own names, as pyproject.toml's entry points declare them.
+NORMS = declared("norm")
+RESIDUALS = declared("residual")
 NORMZOO_VERSION = version("normzoo")
 
 GOOD_NORM = '''

@@ -146,15 +146,15 @@ def test_data_init_sees_the_bare_model_with_gradients_on_and_may_run_forward_twi
     from tiny import tiny
 
     from normzoo import registry
+    from normzoo.contract import module_class
     from normzoo.recipe import from_dict
-    from normzoo.tasks import task_class
 
     real_get = registry.residuals.get
     monkeypatch.setattr(registry.residuals, "get",
                         lambda name: Recording if name == "pre" else real_get(name))
     Recording.seen.clear()
     recipe = from_dict(tiny(model={"dropout": 0.3, "residual": "pre"}))
-    task = task_class(recipe.task)(recipe, 120)
+    task = module_class(recipe.task)(recipe, 120)
     roles = Recording.seen["roles"][0]  # after_step ran once on the freshly built model
     assert {"q", "k", "v", "out", "ffn_in", "ffn_out"} <= set(roles), roles
     assert type(task.model).__name__ == "Seq2SeqModel" and task.model.scheme is Recording

@@ -133,7 +133,7 @@ def check_role_gains(model: nn.Module, scheme: str, family: str) -> int:
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused_qkv", "separate_qkv"])
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("scheme", ["deepnorm", "subln"])
+@pytest.mark.parametrize("scheme", ["deepnorm", "subln"])  # the schemes with per-role init gains
 def test_gains_land_on_roles(scheme: str, family: str, fused: bool) -> None:
     model = build(family, {"name": scheme, "init": "paper"}, WIDE, fused_qkv=fused)
     d = WIDE["d_model"]
@@ -146,7 +146,7 @@ def test_gains_land_on_roles(scheme: str, family: str, fused: bool) -> None:
     assert check_role_gains(model, scheme, family) == expected_count[family]
 
 
-@pytest.mark.parametrize("scheme", ["deepnorm", "subln"])
+@pytest.mark.parametrize("scheme", ["deepnorm", "subln"])  # the schemes with per-role init gains
 def test_gains_land_on_gated_ffn(scheme: str) -> None:
     """SwiGLU has a third FFN matrix (the gate); it is a feed-forward matrix like the others."""
     model = build("decoder", {"name": scheme, "init": "paper"}, WIDE, activation="swiglu")
@@ -317,7 +317,8 @@ def test_final_norm_exactly_once_for_pre_never_for_post(scheme: str, family: str
             torch.testing.assert_close(out, state)
 
 
-# Norms per residual connection, whether the stack ends with a final norm, embedding norm.
+# Norms per residual connection, whether the stack ends with a final norm, embedding norm: each
+# single-stream scheme's table row (Hyper-Connections, mHC and nGPT: test_hyper.py, test_ngpt.py).
 NORMS_PER_SUBLAYER = {
     "post": 1,
     "pre": 1,

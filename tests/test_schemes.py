@@ -28,6 +28,7 @@ import math
 
 import pytest
 import torch
+from registered import BUILTIN_SCHEMES, builtin
 from torch import nn
 
 from normzoo import registry
@@ -47,6 +48,10 @@ from normzoo.residual.subln import SubLN, subln_gamma
 
 DIM = 8
 
+# The schemes whose formulas this file restates on stubs (single-stream connections, by their
+# classes); Hyper-Connections, mHC and nGPT have theirs in test_hyper.py and test_ngpt.py. The
+# hooks every scheme has (embedding_norm, inner_norm, normalizes_stream) are checked on every
+# built-in: ANY_SCHEME.
 SCHEMES = {
     "post": PostLN,
     "pre": PreLN,
@@ -61,6 +66,8 @@ SCHEMES = {
     "admin": Admin,
     "lns": LNS,
 }
+
+ANY_SCHEME = builtin("residual")
 
 # N=18 and M=6 differ, so a constant that reads N where it should read M (or the other way
 # round) changes value.
@@ -380,6 +387,8 @@ def test_mixln_default_fraction_is_a_quarter() -> None:
 
 # -- stack ends ----------------------------------------------------------------------------------
 
+# Which schemes end on a final norm is what these two tests pin by name (Mix-LN's, ResiDual's
+# and the multi-stream schemes' ends have tests of their own).
 FINAL_NORM = ["pre", "sandwich", "peri", "subln", "layerscale"]
 NO_FINAL_NORM = ["post", "deepnorm", "rezero", "admin"]
 
@@ -473,13 +482,13 @@ def test_resi_dual_whole_stack_by_hand() -> None:
 # -- other hooks ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", BUILTIN_SCHEMES)
 @ALL_STACKS
 def test_embedding_norm_only_for_peri(name: str, stack_name: str) -> None:
-    assert SCHEMES[name](STACKS[stack_name]).embedding_norm() is (name == "peri")
+    assert ANY_SCHEME[name](STACKS[stack_name]).embedding_norm() is (name == "peri")
 
 
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", BUILTIN_SCHEMES)
 @ALL_STACKS
 @ALL_KINDS
 def test_inner_norm_only_for_subln(name: str, stack_name: str, kind: SublayerKind) -> None:
@@ -487,7 +496,7 @@ def test_inner_norm_only_for_subln(name: str, stack_name: str, kind: SublayerKin
     by default (torchscale builds its encoder-decoder attention without ``inner_attn_ln``)."""
     site = Site(STACKS[stack_name], 0, kind)
     expected = name == "subln" and kind is not SublayerKind.CROSS_ATTN
-    assert SCHEMES[name](STACKS[stack_name]).inner_norm(site) is expected
+    assert ANY_SCHEME[name](STACKS[stack_name]).inner_norm(site) is expected
 
 
 @ALL_KINDS
@@ -501,12 +510,12 @@ def test_subln_cross_attention_option(kind: SublayerKind) -> None:
     assert SubLN(stack, cross_attention="subln").inner_norm(site) is True
 
 
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", BUILTIN_SCHEMES)
 def test_normalizes_stream(name: str) -> None:
     """Whether a norm stands on the stream itself (what norms like DyT cannot do)."""
     expected = name in ("post", "deepnorm", "resi_dual", "admin", "mixln")  # mixln: L >= 4
     stack = StackInfo(Family.ENCODER, "encoder", 6, 0, DIM)
-    assert SCHEMES[name](stack).normalizes_stream() is expected
+    assert ANY_SCHEME[name](stack).normalizes_stream() is expected
     if name == "mixln":
         assert MixLN(stack, post_fraction=0.0).normalizes_stream() is False
 

@@ -148,13 +148,13 @@ def test_the_data_loader_hands_the_rung_to_collate():
 
 
 def test_padding_to_a_rung_leaves_the_loss_and_its_count_alone():
-    from normzoo.tasks import task_class
+    from normzoo.contract import module_class
 
     recipe = from_dict({"task": "translation", "model": {
         "d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1,
         "dropout": 0.0}})
     torch.manual_seed(0)
-    task = task_class("translation")(recipe, 50).eval()
+    task = module_class("translation")(recipe, 50).eval()
     data = pairs()
     exact, padded = data.collate([0, 3, 5]), data.collate(ShapedBatch([0, 3, 5], 24))
     with torch.no_grad():

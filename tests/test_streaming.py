@@ -98,6 +98,7 @@ def encoded() -> list[list[int]]:
     return Encoder()([line for line in corpus() if line.strip()])
 
 
+# The two language models: the tasks StreamingBatches (normzoo/tasks/lm) batches.
 @pytest.mark.parametrize("task", ["causal_lm", "mlm"])
 @pytest.mark.parametrize(("world_size", "rank"), [(1, 0), (2, 0), (2, 1)])
 def test_resume_is_exact(folder: Path, task: str, world_size: int, rank: int):
@@ -130,7 +131,7 @@ def test_resume_encodes_only_from_the_current_pool(folder: Path):
     assert all(len(call) > 1 for call in slow.calls)
 
 
-@pytest.mark.parametrize("task", ["causal_lm", "mlm"])
+@pytest.mark.parametrize("task", ["causal_lm", "mlm"])  # the language models, as above
 def test_two_ranks_see_what_one_rank_with_twice_the_budget_sees(folder: Path, task: str):
     one = take(make(folder, task, max_tokens=2 * MAX_TOKENS), 60)
     ranks = [take(make(folder, task, rank=r, world_size=2), 60) for r in (0, 1)]

@@ -116,6 +116,7 @@ def test_a_cell_killed_mid_training_resumes_when_the_study_runs_again(tmp_path: 
     assert metrics.count("\n5,") <= 1  # the steps after the checkpoint ran once in the history
 
 
+# One task judged on a score to maximise and one on a loss to minimise: the two kinds of row.
 @pytest.mark.parametrize("task", ["classification", "causal_lm"])
 def test_other_tasks_are_judged_by_the_example_level_test(tmp_path: Path, task: str):
     if task == "classification":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import test_classification
 import yaml
 from test_classification import _files, _recipe
 from typer.testing import CliRunner
@@ -33,6 +34,58 @@ def test_a_broken_task_plugin_is_an_error_only_where_a_recipe_names_it(fake_dist
     named = runner.invoke(app, ["recipe", "validate", str(ROOT / "recipes" / "classify.yaml"),
                                 "task=sentiment"])
     assert named.exit_code == 2 and "this plugin is broken" in named.output
+
+
+CANNOT_BUILD = """
+from normzoo.plugin import Task
+
+
+class Refuses(Task):
+    \"\"\"A task whose construction fails.\"\"\"
+
+    name, family, module = "nz_refuses", "encoder", "nowhere:Nothing"
+
+    def __init__(self):
+        raise RuntimeError("this task cannot be built")
+
+
+NOT_A_CLASS = 3
+"""
+
+
+classifier = test_classification.classifier  # the module's fixture: a tiny trained classifier
+
+
+def test_a_task_that_cannot_be_built_or_is_no_task_is_broken_and_named(fake_dists,
+                                                                      classifier: Path):
+    """Issue 59's fault pass: a task plugin whose class raises in ``__init__`` and one whose
+    entry point names an ``int`` are BROKEN in ``list`` and ``list --check`` (named, with why),
+    and a mistyped ``task=``, a streaming refusal and ``evaluate --beam`` on a classifier end
+    in their own messages, exit 2, with no traceback from the plugin."""
+    fake_dists.activate(fake_dists.write("nz-faulty-tasks", "0.1", {"normzoo.tasks": {
+        "nz_refuses": "nz_faulty:Refuses", "nz_int": "nz_faulty:NOT_A_CLASS"}},
+        {"nz_faulty": CANNOT_BUILD}))
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", "tasks"])
+    assert listed.exit_code == 0, listed.output
+    assert "nz_refuses" in listed.output and "RuntimeError: this task cannot be built" in \
+        listed.output
+    assert "nz_int" in listed.output and "not a subclass of normzoo.contract.task.Task" in \
+        listed.output
+    assert listed.output.count("BROKEN") == 2
+    checked = runner.invoke(app, ["list", "--check"])
+    assert checked.exit_code == 1 and "nz_refuses" in checked.output
+    recipe = str(ROOT / "recipes" / "classify.yaml")
+    for args, said in ((["task=classificaton"], "unknown task 'classificaton'"),
+                       (["data.streaming=true"], "streams causal_lm and mlm corpora"),
+                       (["task=nz_refuses"], "this task cannot be built")):
+        result = runner.invoke(app, ["recipe", "validate", recipe, *args])
+        assert result.exit_code == 2, result.output
+        assert said in result.output and "Traceback" not in result.output
+    beam = runner.invoke(app, ["evaluate", str(classifier / "checkpoints" / "last.ckpt"),
+                               "--beam", "2"])
+    assert beam.exit_code == 2, beam.output
+    assert "--beam applies to translation only" in beam.output
 
 
 def test_an_invalid_task_leaves_its_options_unchecked():

@@ -15,7 +15,9 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+from registered import BUILTIN_TASKS
 
+from normzoo.contract import task_of
 from normzoo.data import builtin
 from normzoo.data.prepare import recipe_tokenizer
 from normzoo.data.tokenizer import Tokenizer
@@ -77,19 +79,27 @@ def fixed_loss(task, batch_of) -> float:
         task.train(was_training)
 
 
-@pytest.mark.parametrize("task_name", ["translation", "mlm", "causal_lm"])
+def data_of(task_name: str, text_dir: Path) -> dict[str, Any]:
+    """A task that reads lines of text reads ``text_dir``'s files; any other its built-in
+    corpus (``data.source: builtin``, which every task reads)."""
+    if task_of(task_name).parts == ("text",):
+        return {"source": "files", "dir": str(text_dir)}
+    return {"source": "builtin"}
+
+
+@pytest.mark.parametrize("task_name", BUILTIN_TASKS)
 def test_each_task_learns(task_name: str, text_dir: Path):
-    data = ({"source": "builtin"} if task_name == "translation"
-            else {"source": "files", "dir": str(text_dir)})
-    recipe = tiny(task_name, data)
+    recipe = tiny(task_name, data_of(task_name, text_dir))
     L.seed_everything(recipe.seed, verbose=False)
     tokenizer = recipe_tokenizer(recipe)
     assert isinstance(tokenizer, Tokenizer) and tokenizer.vocab_size <= 200
     module = TextDataModule(recipe, tokenizer)
     module.setup("fit")
+    # What only the data can say (a classifier's label set), filled in as a run does.
+    recipe = module.recipe = task_of(recipe).resolved(recipe, module)
     train_set = module.dataset("train")
     assert len(train_set) > 0
-    task = train.task_class(recipe.task)(recipe, tokenizer.vocab_size,
+    task = train.module_class(recipe.task)(recipe, tokenizer.vocab_size,
                                          tokenizer.to_str())
     assert task.model.config.family == recipe.model.family
 
@@ -103,15 +113,16 @@ def test_each_task_learns(task_name: str, text_dir: Path):
     trainer.fit(task, datamodule=module)
     assert trainer.global_step == 40
     after = fixed_loss(task, lambda: train_set.collate(items))
-    assert after < before - 0.5, (before, after)
     assert after < 0.9 * before, (before, after)
+    # A part that is not text (a classifier's label) is one target per example: 40 steps give
+    # too few targets for the 0.5-nat drop asked of a loss over every token.
+    if set(task_of(task_name).parts) <= set(task_of(task_name).token_parts):
+        assert after < before - 0.5, (before, after)
 
 
 def test_loaders_batch_within_the_budget(text_dir: Path):
-    for name, data in [("translation", {"source": "builtin"}),
-                       ("mlm", {"source": "files", "dir": str(text_dir)}),
-                       ("causal_lm", {"source": "files", "dir": str(text_dir)})]:
-        recipe = tiny(name, data, data={"max_tokens": 256, "max_len": 32})
+    for name in BUILTIN_TASKS:
+        recipe = tiny(name, data_of(name, text_dir), data={"max_tokens": 256, "max_len": 32})
         module = TextDataModule(recipe, recipe_tokenizer(recipe))
         module.setup("fit")
         seen = 0
@@ -194,7 +205,7 @@ def test_checkpoint_is_plain_data_and_self_contained(finished_run):
         assert plugins[("residual", "pre")]["distribution"] == "normzoo"
         assert all(p["version"] for p in meta["plugins"])
         # The weights rebuild the model from the checkpoint alone.
-        task = train.task_class(meta["recipe"]["task"])(from_dict(meta["recipe"]),
+        task = train.module_class(meta["recipe"]["task"])(from_dict(meta["recipe"]),
                                                         tokenizer.vocab_size,
                                                         meta["tokenizer"])
         task.load_state_dict(ckpt["state_dict"])
@@ -223,7 +234,7 @@ def test_a_second_run_into_the_same_directory(finished_run, monkeypatch: pytest.
     def started(task):
         raise Started
 
-    monkeypatch.setattr(train, "task_class", started)  # the step right after the directory
+    monkeypatch.setattr(train, "module_class", started)  # the step right after the directory
     other = run_dir.parent / "forced"
     other.mkdir()
     (other / "old.txt").write_text("old", encoding="utf-8")
@@ -275,6 +286,7 @@ def _best_score(checkpoint: Path) -> float:
     return float(best)
 
 
+# The language models: the assertions below name each one's metrics.
 @pytest.mark.parametrize("task_name", ["causal_lm", "mlm"])
 def test_language_model_summary_reports_each_split(task_name: str, text_dir: Path,
                                                     tmp_path: Path):
@@ -357,7 +369,7 @@ def test_admin_profiled_at_the_start_of_training_and_not_on_resume(
     module = TextDataModule(recipe, tokenizer)
     module.setup("fit")
     L.seed_everything(recipe.seed, workers=True, verbose=False)
-    task = train.task_class(recipe.task)(recipe, tokenizer.vocab_size,
+    task = train.module_class(recipe.task)(recipe, tokenizer.vocab_size,
                                          tokenizer.to_str())
     first = next(iter(module.train_dataloader()))
     expected = original(task.train().model, lambda: task.logits(first))["decoder"]
@@ -384,7 +396,7 @@ def test_admin_profile_takes_rank_zero_values_and_leaves_the_generators(text_dir
     recipe = from_dict({**recipe.to_dict(),
                         "model": {**recipe.to_dict()["model"], "dropout": 0.3}})
     tokenizer = recipe_tokenizer(recipe)
-    task = train.task_class(recipe.task)(recipe, tokenizer.vocab_size,
+    task = train.module_class(recipe.task)(recipe, tokenizer.vocab_size,
                                          tokenizer.to_str())
     module = TextDataModule(recipe, tokenizer)
     module.setup("fit")

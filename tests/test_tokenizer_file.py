@@ -137,7 +137,7 @@ def test_type_file_needs_a_path():
 
 
 def test_a_run_from_init_from_or_resuming_does_not_read_the_file(tmp_path: Path):
-    from normzoo.recipe.paths import input_problems
+    from normzoo.run.inputs import input_problems
 
     recipe = from_dict(tiny(data={"tokenizer": {"type": "file", "path": "gone.json"}}))
     assert [p.path for p in input_problems(recipe)] == ["data.tokenizer.path"]

@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 import torch
 from lightning.fabric.utilities.throughput import measure_flops
+from registered import BUILTIN_TASKS
+from task_samples import sample
 from tiny import tiny
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from normzoo.checkpoints import rng_state as rng
+from normzoo.contract import module_class
 from normzoo.recipe import from_dict
 from normzoo.run import training as train
-from normzoo.tasks import task_class
 from normzoo.tasks.optim import GROUP_NAMES, lr_factor
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -115,27 +117,23 @@ def test_only_training_throughput_is_logged_and_every_row_is_at_a_training_step(
 # -- FLOPs of a batch -------------------------------------------------------------------------
 
 
-def synthetic_batch(task: str, rows: int = 3, length: int = 7) -> dict[str, Any]:
-    """A padded batch of ``task`` with ``rows`` examples (the last one shorter)."""
-    ids = torch.randint(5, 100, (rows, length))
-    ids[-1, length // 2:] = 0  # padding
-    if task == "translation":
-        return {"src": ids, "tgt_in": ids[:, :-1].clone(), "tgt_out": ids[:, 1:].clone(),
-                "ids": torch.arange(rows), "ntokens": int((ids[:, 1:] != 0).sum())}
-    labels = torch.where(ids != 0, ids, torch.full_like(ids, -100))
-    return {"tokens": ids, "labels": labels, "ntokens": int((ids != 0).sum())}
-
-
 def tiny_task(task: str, **model: Any):
     recipe = from_dict(tiny(task=task, model=model))
-    return task_class(task)(recipe, 120)
+    return module_class(task)(recipe, 120)
 
 
-@pytest.mark.parametrize("task_name", ["translation", "mlm", "causal_lm"])
-def test_flops_counted_on_the_meta_device_are_those_of_the_real_training_step(task_name):
+def sampled_task(task: str, cache: Path, **model: Any) -> tuple[Any, dict[str, Any]]:
+    """The tiny model of ``task`` and a padded training batch of its own data (3 examples of
+    different lengths), for any registered task."""
+    recipe, batch, vocab = sample(task, cache, model=model)
     torch.manual_seed(0)
-    task = tiny_task(task_name)
-    batch = synthetic_batch(task_name)
+    return module_class(task)(recipe, vocab), batch
+
+
+@pytest.mark.parametrize("task_name", BUILTIN_TASKS)
+def test_flops_counted_on_the_meta_device_are_those_of_the_real_training_step(
+        task_name, tmp_path):
+    task, batch = sampled_task(task_name, tmp_path)
     before = {name: p.detach().clone() for name, p in task.named_parameters()}
     state = rng.capture()
 
@@ -172,10 +170,9 @@ def test_flops_per_batch_scale_with_the_batch_tokens_in_training_only():
     assert task.flops_per_batch is None
 
 
-def test_a_model_that_cannot_run_on_the_meta_device_logs_no_flops(caplog):
+def test_a_model_that_cannot_run_on_the_meta_device_logs_no_flops(caplog, tmp_path):
     # BatchNorm reads the padding mask's values to count the real tokens.
-    task = tiny_task("mlm", norm={"name": "batchnorm"})
-    batch = synthetic_batch("mlm")
+    task, batch = sampled_task("mlm", tmp_path, norm={"name": "batchnorm"})
     state = rng.capture()
     with caplog.at_level("INFO"):
         assert task.measure_flops_per_token(batch) is None

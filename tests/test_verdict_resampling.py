@@ -7,9 +7,9 @@ import pytest
 from sacrebleu.metrics import BLEU
 from scipy.stats import binom
 
+from normzoo.contract.scores import bleu_score, bleu_stats, ratio_score
 from normzoo.verdicts import calibration
 from normzoo.verdicts.resampling import ExampleTest, example_test
-from normzoo.verdicts.scores import bleu_score, bleu_stats, ratio_score
 
 WORDS = tuple(" ".join([
     "a man woman child dog in on the with is are running playing red blue green shirt street",

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from normzoo.contract.outputs import ExampleOutputs
 from normzoo.verdicts import distinct
-from normzoo.verdicts.outputs import ExampleOutputs
 from normzoo.verdicts.rule import EQUAL, Run, compare
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +147,7 @@ def test_genuine_seeds_of_the_committed_per_example_outputs_are_never_refused(st
     (translations of the built-in corpus) agree on a few percent of their examples at most."""
     import yaml
 
-    from normzoo.tasks import task_of
+    from normzoo.contract import task_of
 
     groups: dict[str, list] = defaultdict(list)
     for cell in sorted((ROOT / "docs" / study / "data").glob("*/*")):

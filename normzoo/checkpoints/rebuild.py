@@ -10,10 +10,10 @@ import torch
 
 from normzoo import registry
 from normzoo.checkpoints.reading import CheckpointError, SavedModel, error_line, examples
+from normzoo.contract import task_of
 from normzoo.errors import ConfigError
 from normzoo.models.families import TransformerModel
 from normzoo.recipe import Recipe, from_dict
-from normzoo.tasks import task_of
 
 
 def rebuild(saved: SavedModel, differences: list[str]) -> tuple[Recipe, TransformerModel]:

@@ -217,15 +217,3 @@ def check_output_folder(path: Path, option: str) -> None:
 
     if (why := not_a_folder(path)) is not None:
         raise NormzooError(f"{option} {path} {why}")
-
-
-def check_output_file(path: Path, option: str) -> None:
-    """Refuse, before any work, an output file that is a directory or whose folder is missing."""
-    from normzoo.errors import NormzooError
-
-    if path.is_dir():
-        raise NormzooError(f"{option} {path} is a directory; give a file name")
-    folder = path.absolute().parent
-    if not folder.is_dir():
-        state = "is not a directory" if folder.exists() else "does not exist"
-        raise NormzooError(f"{option} {path}: its folder {folder} {state}")

@@ -21,11 +21,12 @@ import typer
 from normzoo.cli.common import (
     batch_tokens_option,
     beam_option,
-    check_output_file,
     device_option,
+    input_warnings,
     lenpen_option,
     user_errors,
 )
+from normzoo.io.atomic import check_output_file
 
 
 @user_errors
@@ -35,7 +36,8 @@ def evaluate(
     split: str = typer.Option(None, metavar="NAME", help="Split of the recipe's data "
                               "(default: its data.test_split, e.g. test)."),
     src: Path = typer.Option(None, metavar="FILE",
-                             help="Source sentences, one per line (instead of --split)."),
+                             help="A file to score instead of --split, in the split's format "
+                             "(translation: source sentences, with --ref)."),
     ref: Path = typer.Option(None, metavar="FILE",
                              help="Raw references, line-aligned with --src."),
     data_dir: Path = typer.Option(None, metavar="DIR",
@@ -54,9 +56,10 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
+    from normzoo.contract import EvaluateRequest, task_of, working_tasks
     from normzoo.errors import NormzooError
     from normzoo.inference.load import load
-    from normzoo.tasks import EvaluateRequest, task_of, working_tasks
+    from normzoo.tasks.evaluation import by_test_step
 
     if split is not None and (src is not None or ref is not None):
         given = " and ".join(o for o, v in (("--src", src), ("--ref", ref)) if v is not None)
@@ -69,22 +72,26 @@ def evaluate(
                                "overwrite it")
     loaded = load(checkpoint, device)
     task = task_of(loaded.recipe)
-    given = [option for option, value in (("--beam", beam), ("--lenpen", lenpen),
-                                          ("--bf16", bf16 or None), ("--hyps", hyps),
-                                          ("--src", src), ("--ref", ref),
-                                          ("--force", force or None))
-             if value is not None and option not in task.evaluate_options]
-    if given:  # they would be ignored without a word, and the reader believe them used
-        verb = "applies" if len(given) == 1 else "apply"
+    asked = {"beam": beam, "lenpen": lenpen, "bf16": bf16 or None, "hyps": hyps, "src": src,
+             "ref": ref, "force": force or None}
+    given = {key: value for key, value in asked.items() if value is not None}
+    refused = [f"--{key}" for key in given if key not in task.evaluate_options]
+    if refused:  # they would be ignored without a word, and the reader believe them used
+        verb = "applies" if len(refused) == 1 else "apply"
+        keys = {option.removeprefix("--") for option in refused}
         users = [other.name for other in working_tasks()
-                 if set(given) <= other.evaluate_options] or ["other tasks"]
-        raise NormzooError(f"{', '.join(given)} {verb} to {' and '.join(users)} only; "
+                 if keys <= other.evaluate_options] or ["other tasks"]
+        raise NormzooError(f"{', '.join(refused)} {verb} to {' and '.join(users)} only; "
                            f"{checkpoint} is {task.kind} (task {loaded.recipe.task})")
     data = loaded.recipe.data
     if data_dir is not None:
         data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
         loaded.recipe = loaded.recipe.model_copy(update={"data": data})
-    request = EvaluateRequest(str(checkpoint), split or data.test_split, src, ref, beam,
-                              lenpen, batch_tokens, bf16, hyps)
-    report, lines = task.evaluate(loaded, request)
+    name = split or data.test_split
+    request = EvaluateRequest(
+        str(checkpoint), name, src, batch_tokens, given,
+        by_test_step=lambda **how: by_test_step(task, loaded, name, src, batch_tokens,
+                                                str(checkpoint), **how))
+    with input_warnings():  # an input longer than the model's positions, named
+        report, lines = task.evaluate(loaded, request)
     typer.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))

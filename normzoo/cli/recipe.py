@@ -41,7 +41,7 @@ def validate(
     exit 2 with every error."""
     from normzoo import recipe as recipes
     from normzoo.recipe.bases import read_recipe_with_bases
-    from normzoo.recipe.paths import check_inputs, unread_data_keys
+    from normzoo.run.inputs import check_inputs, unread_data_keys
     from normzoo.run.machine import check_machine
 
     checked = check_inputs(check_machine(recipes.load(recipe, overrides or [])))

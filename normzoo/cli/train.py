@@ -59,7 +59,7 @@ def _report(summary: dict[str, Any], task: str) -> None:
         typer.echo(f"summary: {Path(summary['run_dir']) / 'summary.json'} "
                    f"({summary.get('status', '')}, {summary.get('steps', '?')} steps)")
     if summary.get("test"):  # the task says its own scores (Task.report)
-        from normzoo.tasks import task_of
+        from normzoo.contract import task_of
 
         typer.secho(task_of(task).report(summary["test"]), bold=True)
     typer.echo(f"run directory: {summary['run_dir']}")

@@ -177,8 +177,11 @@ class Prepared:
         return cls(path, manifest)
 
     def table(self, role: str, name: str) -> TokenTable:
+        """The table ``name`` of ``role``: token ids, or a task's own ids (per-token tags,
+        stored as int32: ``dtypes`` in the manifest)."""
         folder = self.path / role
-        return TokenTable(_map(folder / f"{name}.tokens", self.dtype),
+        dtype = np.dtype(self.manifest.get("dtypes", {}).get(name, self.dtype))
+        return TokenTable(_map(folder / f"{name}.tokens", dtype),
                           _map(folder / f"{name}.offsets", np.dtype(np.int64)))
 
     def lines(self, role: str, name: str) -> list[str]:

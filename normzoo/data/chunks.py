@@ -176,7 +176,11 @@ def fingerprint(data: DataConfig, split: str, task: Any) -> str:
                 raise DataError(f"data file not found: {path}")
             digest.update(_file_hash(path))
     elif data.source == "builtin":
-        for path in task.builtin_files():  # the generator, its words: the content
+        from normzoo.data import builtin
+
+        # The generator and its words (the content), and a task's own corpus built on them.
+        toy = sorted(Path(builtin.__file__).parent.glob("*.py"))
+        for path in [*toy, *task.builtin_files()]:
             digest.update(path.name.encode() + path.read_bytes())
     else:
         digest.update(hub_split(data, split)._fingerprint.encode())

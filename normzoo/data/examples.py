@@ -64,7 +64,7 @@ class TokenTable:
 class Indexed:
     """A map-style dataset whose items are their own indices: batches are built whole by
     ``collate`` from the indices a batch sampler chose, never one example at a time. A task's
-    dataset (:meth:`~normzoo.tasks.contract.Task.dataset`) subclasses it and gives
+    dataset (:meth:`~normzoo.contract.task.Task.dataset`) subclasses it and gives
     ``collate(items)``, ``lengths()`` and ``sides()``."""
 
     def __getitem__(self, i: int) -> int:

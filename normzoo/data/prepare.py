@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from normzoo.contract import task_of
 from normzoo.data import chunks
 from normzoo.data.cache import (
     DamagedCache,
@@ -43,7 +44,6 @@ from normzoo.data.train_tokenizer import (
     stream_rows,
 )
 from normzoo.recipe import Recipe
-from normzoo.tasks import task_of
 
 # recipe_tokenizer and stream_rows are the tokenizer step's; callers import them from here too.
 __all__ = [
@@ -78,14 +78,14 @@ def _canonical(tokenizer_json: str) -> str:
 def data_key(recipe: Recipe, tokenizer_json: str, roles: tuple[str, ...] = ROLES) -> str:
     """The encoded cache's key: every split's content and the tokenizer, so that any change
     to what the ids would be names a new folder instead of reading stale arrays."""
-    data = recipe.data
+    data, task = recipe.data, task_of(recipe)
     splits = {}
     for role in roles:
         name, limit = split_of(recipe, role)
-        splits[role] = [name, limit, chunks.fingerprint(data, name, task_of(recipe))]
+        splits[role] = [name, limit, chunks.fingerprint(data, name, task)]
     # Task options that change what is read (a classifier's label column) name a new cache;
     # without any, the keys of the caches prepared before tasks had options stay as they were.
-    changed = task_of(recipe).data_options(recipe)
+    changed = task.data_options(recipe)
     options = {"task_options": changed} if changed else {}
     return key_hash({"task": recipe.task, **options, "splits": splits,
                      "langs": [data.src_lang, data.tgt_lang, data.text_field],
@@ -107,7 +107,9 @@ def _encode_role(recipe: Recipe, tokenizer: Tokenizer, folder: Path, role: str,
     out.mkdir()
     name, limit = split_of(recipe, role)
     task = task_of(recipe)
-    writers = {n: TableWriter(out, n, dtype) for n in task.token_parts}
+    # Token parts at the tokenizer's width; a task's own tables (tags) as int32.
+    writers = {n: TableWriter(out, n, dtype if n in task.token_parts else OWN_IDS)
+               for n in task.tables or task.token_parts}
     kept = task.kept_texts(role)  # raw text kept beside the tokens: file name -> part
     texts = {n: (out / f"{n}.txt").open("w", encoding="utf-8", newline="") for n in kept}
     max_len = recipe.data.max_len
@@ -128,11 +130,21 @@ def _encode_role(recipe: Recipe, tokenizer: Tokenizer, folder: Path, role: str,
     for handle in texts.values():
         handle.close()
     sizes = {n: w.close() for n, w in writers.items()}
-    rows, tokens = sizes[task.token_parts[0]][0], sum(t for _, t in sizes.values())
+    rows = next(iter(sizes.values()))[0]
+    tokens = sum(t for name, (_, t) in sizes.items() if name in task.token_parts)
     stats = {"split": name, "rows": rows, "tokens": tokens}
     if dropped is not None:
         stats["dropped"] = dropped
     return stats
+
+
+OWN_IDS = np.dtype(np.int32)
+
+
+def _own_tables(recipe: Recipe) -> dict[str, str]:
+    """The task's tables that hold ids of its own, not tokens, and their dtype."""
+    task = task_of(recipe)
+    return {name: OWN_IDS.name for name in task.tables or () if name not in task.token_parts}
 
 
 def _build(recipe: Recipe, tokenizer: Tokenizer, key: str, show: bool,
@@ -148,6 +160,7 @@ def _build(recipe: Recipe, tokenizer: Tokenizer, key: str, show: bool,
         write_manifest(folder, {
             "key": key, "task": recipe.task, "dtype": dtype.name,
             "vocab_size": tokenizer.vocab_size, "splits": splits,
+            **({"dtypes": own} if (own := _own_tables(recipe)) else {}),
             "source": {"source": data.source, "dir": data.dir, "path": data.path,
                        "name": data.name},
         })

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from normzoo.contract.files import text_file
 from normzoo.errors import NormzooError
 
 if TYPE_CHECKING:
@@ -128,15 +129,6 @@ def load_parallel(data: DataConfig, split: str, limit: int | None = None):
         raise DataError(f"dataset '{data.path}' has no language(s) {sorted(missing)}; "
                         f"it has {sorted(pairs[0])}")
     return [p[data.src_lang] for p in pairs], [p[data.tgt_lang] for p in pairs]
-
-
-def text_file(directory: Path, split: str) -> Path:
-    """The file of a language-modelling split in ``directory``: ``{split}.txt``, or the file
-    named ``split`` itself where there is no such ``.txt`` (``train.de`` takes one side of a
-    parallel corpus, as ``../shared/data/multi30k`` holds it)."""
-    txt = directory / f"{split}.txt"
-    named = directory / split
-    return named if not txt.exists() and named.is_file() else txt
 
 
 def load_text(data: DataConfig, split: str, limit: int | None = None) -> list[str]:

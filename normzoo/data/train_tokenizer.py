@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from normzoo.contract import task_of
 from normzoo.data import chunks
 from normzoo.data.cache import cache_root, ensure_folder
 from normzoo.data.tokenizer import Tokenizer, cache_failure, train_tokenizer
 from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.io.atomic import atomic_write_text
 from normzoo.recipe import Recipe
-from normzoo.tasks import task_of
 
 
 def key_hash(settings: dict) -> str:
@@ -43,10 +43,13 @@ def split_of(recipe: Recipe, role: str) -> tuple[str, int | None]:
 
 def split_chunks(recipe: Recipe, role: str) -> Iterator:
     """``role``'s examples in chunks of the task's parts (:meth:`Task.read
-    <normzoo.tasks.contract.Task.read>`: one list of lines per part), so that a corpus larger
+    <normzoo.contract.task.Task.read>`: one list of lines per part), so that a corpus larger
     than memory is read in one bounded pass."""
+    from normzoo.data.split import Split
+
     name, limit = split_of(recipe, role)
-    return task_of(recipe).read(recipe, name, limit)
+    task = task_of(recipe)
+    return task.read(Split.of(task, recipe, name, limit))
 
 
 def tokenizer_key(recipe: Recipe) -> str:
@@ -95,14 +98,13 @@ def _tokenizer_texts(recipe: Recipe) -> list[str]:
     """The training split's text, or a seeded sample of ``tokenizer.sample_size`` examples of
     it (kept in corpus order) when it is larger: a 4.5 M-pair corpus trains its vocabulary on
     a million pairs, as SentencePiece's ``input_sentence_size`` does, in bounded memory."""
-    data, tok = recipe.data, recipe.data.tokenizer
+    data, tok, task = recipe.data, recipe.data.tokenizer, task_of(recipe)
     name, limit = split_of(recipe, "train")
-    total = chunks.examples(data, name, task_of(recipe), limit)
+    total = chunks.examples(data, name, task, limit)
     chosen = None
     if tok.sample_size is not None and total > tok.sample_size:
         rng = np.random.default_rng(tok.sample_seed)
         chosen = np.sort(rng.choice(total, size=tok.sample_size, replace=False))
-    task = task_of(recipe)
     texts: list[list[str]] = [[] for _ in task.token_parts]  # each part's, in corpus order
     indices = [task.parts.index(name) for name in task.token_parts]
     start = 0

@@ -64,10 +64,10 @@ def first_batch(recipe: Recipe, tokenizer) -> dict:
 
 def measure(variant: Variant, tokenizer, batch: dict) -> Measurements:
     """Forward and backward of ``variant`` on ``batch`` (dropout off), with the probes on."""
-    from normzoo.tasks import task_class
+    from normzoo.contract import module_class
 
     torch.manual_seed(variant.recipe.seed)
-    task = task_class(variant.recipe.task)(variant.recipe, tokenizer.vocab_size,
+    task = module_class(variant.recipe.task)(variant.recipe, tokenizer.vocab_size,
                                            tokenizer.to_str())
     if variant.state_dict is not None:
         task.load_state_dict(variant.state_dict)

@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from normzoo import __version__
-from normzoo.tasks import task_of
-
-FAMILY_NAMES = {"encoder_decoder": "encoder-decoder", "decoder": "decoder-only (GPT-style)",
-                "encoder": "encoder-only (BERT-style)"}
+from normzoo.contract import task_of
 
 
 def _run_summary(checkpoint: Path) -> dict[str, Any] | None:
@@ -87,7 +84,7 @@ def _how_to_load(recipe: Any, hf: Any | None) -> list[str]:
             "```"]
 
 
-def _hf_section(hf: Any) -> list[str]:
+def _hf_section(hf: Any, family: Any) -> list[str]:
     lines = ["## transformers architecture", "",
              f"Exported as `{hf.architecture}`, a plain {hf.placement.capitalize()}-LN model "
              "whose layers compute what normzoo's do."]
@@ -97,7 +94,7 @@ def _hf_section(hf: Any) -> list[str]:
               f"when this directory was written: **{hf.max_abs_logit_diff:.2g}**.", "",
               "Greedy decoding with `generate(num_beams=1)` gives normzoo's greedy output; "
               "normzoo's beam search is fairseq's, which `transformers`' beam search is not."]
-    if hf.auto_class == "AutoModelForSeq2SeqLM":
+    if family.cross_attention:  # a translation's length rule
         lines += ["", "normzoo stops a translation at `max_len_a` × source tokens + "
                   "`max_len_b` (both in `generation_config.json`); `transformers` has one "
                   "limit for a whole batch (`max_new_tokens`, the positions' capacity). "
@@ -121,9 +118,7 @@ def model_card(loaded: Any, sources: list[Path], hf: Any | None = None) -> str:
     checkpoint = sources[0]
     step = checkpoint_step(checkpoint)
     parameters = sum(p.numel() for p in model.parameters())
-    layers = {"encoder_decoder": f"{config.encoder_layers} + {config.decoder_layers}",
-              "decoder": str(config.decoder_layers),
-              "encoder": str(config.encoder_layers)}[config.family]
+    layers = " + ".join(str(depth) for depth in config.stack_depths.values())
     plugins = ", ".join(f"{p.get('name')} ({p.get('distribution')} {p.get('version')})"
                         for p in loaded.plugins) or "normzoo's built-ins"
     averaged = (f", the average of {len(sources)} checkpoints ("
@@ -136,7 +131,7 @@ def model_card(loaded: Any, sources: list[Path], hf: Any | None = None) -> str:
         f"Trained with normzoo {__version__}.", "",
         "| | |", "|---|---|",
         f"| task | {recipe.task} |",
-        f"| family | {FAMILY_NAMES[config.family]} |",
+        f"| family | {config.family_info.title} |",
         f"| layers | {layers} |",
         f"| d_model / heads / ffn_dim | {config.d_model} / {config.heads} / {config.ffn_dim} "
         f"({config.activation}) |",
@@ -156,6 +151,6 @@ def model_card(loaded: Any, sources: list[Path], hf: Any | None = None) -> str:
         "## Test scores", "", *_scores(_run_summary(checkpoint), checkpoint), "",
     ]
     if hf is not None:
-        lines += [*_hf_section(hf), ""]
+        lines += [*_hf_section(hf, config.family_info), ""]
     lines += ["## How to load", "", *_how_to_load(recipe, hf), ""]
     return "\n".join(lines)

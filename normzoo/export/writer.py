@@ -25,15 +25,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from normzoo import __version__
+from normzoo.checkpoints.averaging import average_state
 from normzoo.checkpoints.reading import (
     EXPORT_FILES,
     CheckpointError,
-    check_finite,
-    checkpoint_parts,
-    read_checkpoint,
 )
 from normzoo.checkpoints.rebuild import load_state
 from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
@@ -46,12 +42,6 @@ from normzoo.io.atomic import (
     remove_stale_staging,
     staging_folder,
 )
-
-
-def _weights(path: Path) -> dict[str, torch.Tensor]:
-    weights = checkpoint_parts(read_checkpoint(path), str(path))[1]
-    check_finite(weights, str(path))
-    return weights
 
 
 def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
@@ -68,27 +58,6 @@ def recent_checkpoints(checkpoint: Path, count: int) -> list[Path]:
             "sets how many a run keeps"
         )
     return [path for _, path in periodic[:count]]
-
-
-def average_state(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the checkpoints' float parameters (others taken from the first).
-
-    Every checkpoint must hold the same tensors with the same shapes; one that does not (from
-    another run, or damaged) is named rather than averaged.
-    """
-    first = _weights(paths[0])
-    total = {k: v.double() if v.is_floating_point() else v for k, v in first.items()}
-    for path in paths[1:]:
-        weights = _weights(path)
-        shapes = {k: v.shape for k, v in weights.items()}
-        if shapes != {k: v.shape for k, v in first.items()}:
-            raise CheckpointError(f"cannot average {path} with {paths[0]}: their weights differ "
-                                  "in names or shapes (checkpoints of different models?)")
-        for key, value in weights.items():
-            if value.is_floating_point():
-                total[key] += value.double()
-    return {k: (v / len(paths)).to(first[k].dtype) if v.is_floating_point() else v
-            for k, v in total.items()}
 
 
 def _refuse_unusable(checkpoint: Path, out: Path) -> None:

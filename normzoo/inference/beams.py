@@ -14,9 +14,49 @@ one, picked at the end, is the first of the best, as Python's ``max`` picks it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from normzoo.data.tokenizer import EOS, PAD
+
+SCORE_BYTES, TOKEN_BYTES = 4, 8  # the beam's log-probabilities are float32, its tokens int64
+
+
+def beam_state_bytes(config: Any, beam: int, sentences: int, source: int, steps: int,
+                     width: int = 4) -> int:
+    """A lower bound of the memory that beam search over ``sentences`` sentences of ``source``
+    tokens (padded, EOS counted), ``beam`` beams each, holds at once at its length limit of
+    ``steps`` target tokens, its activations ``width`` bytes wide (``config``: the model's
+    :class:`~normzoo.models.config.ModelConfig`): the encoder output copied per beam; every
+    decoder layer's keys and values, cross-attention's from the first step and self-attention's
+    for ``steps`` positions (a GPU's static cache holds them from the first step); one step's
+    logits and log-probabilities over the vocabulary; the live and finished hypotheses' tokens.
+    The step's own activations and the weights come on top."""
+    rows, head_dim = sentences * beam, config.d_model // config.heads
+    kv_width = (config.kv_heads or config.heads) * head_dim
+    encoder_output = rows * source * config.d_model * width
+    cache = config.decoder_depth * 2 * rows * kv_width * (source + steps) * width
+    scores = rows * config.vocab_size * (width + SCORE_BYTES)
+    tokens = (rows + sentences * (beam + 1)) * steps * TOKEN_BYTES
+    return encoder_output + cache + scores + tokens
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**40:,.1f} TiB" if count >= 2**40 else f"{count / 2**30:,.1f} GiB"
+
+
+def beam_problem(beam: int, need: int, batch: str, limit: int | None, where: str,
+                 option: str = "beam") -> str | None:
+    """Why ``beam`` beams, whose search needs ``need`` bytes (:func:`beam_state_bytes`) for
+    ``batch`` (in words), do not fit in the ``limit`` bytes of ``where``, after the beam's name
+    and value (``beam 1000000000 does not fit this machine: ...``); None where they may (or the
+    memory is not known)."""
+    if limit is None or need <= limit:
+        return None
+    return (f"does not fit this machine: beam search over {batch}, {beam} beams each, needs "
+            f"at least {_size(need)} for its state (KV cache, scores, hypotheses), more than "
+            f"the {_size(limit)} of {where}; use a smaller {option}")
 
 
 class Beams:

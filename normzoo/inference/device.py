@@ -1,7 +1,14 @@
 """The device a user names for inference (``--device``, ``normzoo.load(..., device=)``),
-checked against this machine before anything is read, so a GPU it lacks is a clear error."""
+checked against this machine before anything is read, so a GPU it lacks is a clear error; and
+the memory of a device (:func:`device_memory`), against which a beam's decoding state and a
+run's training state (:mod:`normzoo.run.machine`) are checked before anything is allocated."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,3 +48,25 @@ def inference_device(device: str | torch.device = "cpu") -> torch.device:
     if chosen.type == "mps" and not torch.backends.mps.is_available():
         raise NormzooError(f"device '{device}': Apple's GPU (MPS) is not available here")
     return chosen
+
+
+def _ram() -> int | None:
+    """Physical memory, or the container's limit where one is set and lower (cgroup v2)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        total = min(total, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))
+    return total
+
+
+def device_memory(device: Any) -> tuple[int | None, str]:
+    """The memory of ``device`` (a torch device, its name, or a CUDA device's properties) and
+    where it is, in words: a CUDA device's own, else this machine's RAM (the CPU's, and Apple's
+    GPU's, which shares it); None where it cannot be read."""
+    if getattr(device, "type", device) == "cuda":
+        device = torch.cuda.get_device_properties(device)
+    if not hasattr(device, "total_memory"):
+        return _ram(), "memory (RAM) of this machine"
+    return device.total_memory, f"GPU memory of one {device.name}"

@@ -10,7 +10,10 @@ import torch
 from normzoo.data.batching import token_budget_batches
 from normzoo.data.examples import ParallelData
 from normzoo.data.tokenizer import Tokenizer
+from normzoo.inference.arguments import ArgumentValueError
+from normzoo.inference.beams import beam_problem, beam_state_bytes
 from normzoo.inference.decoding import beam_search, greedy
+from normzoo.inference.device import device_memory
 from normzoo.models.families import Seq2SeqModel
 from normzoo.recipe import EvalConfig
 
@@ -35,6 +38,38 @@ def translate_batch(model: Seq2SeqModel, src: torch.Tensor, config: EvalConfig) 
         return greedy(model, src, max_len_a=config.max_len_a, max_len_b=config.max_len_b)
     return beam_search(model, src, beam=config.beam, lenpen=config.lenpen,
                        max_len_a=config.max_len_a, max_len_b=config.max_len_b)
+
+
+def check_beam_memory(model: Seq2SeqModel, config: EvalConfig,
+                      batches: list[np.ndarray]) -> None:
+    """Refuse (:class:`~normzoo.inference.arguments.ArgumentValueError`, exit 2 at the command
+    line) a beam whose search state for the largest of ``batches`` (each its sources' lengths,
+    EOS counted; :func:`~normzoo.inference.beams.beam_state_bytes`) is more than the memory of
+    the model's device, before anything is allocated: not an allocator's traceback asking for
+    terabytes (``--beam 1000000000``)."""
+    if config.beam == 1 or not batches:
+        return
+    weight = next(model.parameters())
+    width, kind = weight.element_size(), weight.device.type
+    if torch.is_autocast_enabled(kind):
+        width = min(width, torch.get_autocast_dtype(kind).itemsize)
+    positions = model.config.max_positions - 1
+
+    def need(lengths: np.ndarray, sentences: int) -> tuple[int, int, int]:
+        source = int(lengths.max())
+        steps = min(max(int(source * config.max_len_a + config.max_len_b), 1), positions)
+        return beam_state_bytes(model.config, config.beam, sentences, source, steps,
+                                width), sentences, source
+
+    most, sentences, source = max(need(lengths, len(lengths)) for lengths in batches)
+    batch = (f"a batch of {sentences} sentences of up to {source} tokens" if sentences > 1
+             else f"one sentence of {source} tokens")
+    limit, where = device_memory(weight.device)
+    problem = beam_problem(config.beam, most, batch, limit, where)
+    if problem:
+        alone = need(np.array([source]), 1)[0]  # the batch's longest sentence on its own
+        raise ArgumentValueError(f"beam {config.beam} {problem}"
+                                 + (" or fewer tokens per batch" if alone <= limit else ""))
 
 
 @torch.no_grad()
@@ -67,9 +102,11 @@ def translate_dataset(
     filled = np.flatnonzero(lengths > 1)
     # A sentence longer than the budget is a batch of its own rather than an error.
     budget = max(max_tokens, int(lengths[filled].max())) if filled.size else max_tokens
-    for batch_items in (token_budget_batches(lengths[filled], budget, shuffle=False)
-                        if filled.size else []):
-        batch = data.collate(filled[np.asarray(batch_items, dtype=np.int64)].tolist())
+    batches = [filled[np.asarray(items, dtype=np.int64)] for items in (
+        token_budget_batches(lengths[filled], budget, shuffle=False) if filled.size else [])]
+    check_beam_memory(model, config, [lengths[chosen] for chosen in batches])
+    for chosen in batches:
+        batch = data.collate(chosen.tolist())
         out = translate_batch(model, batch["src"].to(device), config)
         for i, ids in zip(batch["ids"].tolist(), out, strict=True):
             hyps[i] = tokenizer.decode(ids)

@@ -191,3 +191,15 @@ def save_checkpoint_atomically(checkpoint: dict[str, Any], path: str | Path) -> 
     torch.save(checkpoint, buffer)
     atomic_write(path, lambda f: f.write(buffer.getbuffer()), "checkpoint")
 
+
+def check_output_file(path: Path, option: str) -> None:
+    """Refuse, before any work, an output file that is a directory or whose folder is missing."""
+    from normzoo.errors import NormzooError
+
+    if path.is_dir():
+        raise NormzooError(f"{option} {path} is a directory; give a file name")
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        state = "is not a directory" if folder.exists() else "does not exist"
+        raise NormzooError(f"{option} {path}: its folder {folder} {state}")
+

@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validat
 
 from normzoo.errors import ConfigError, Problem
 from normzoo.models.component import Component
+from normzoo.models.family_info import FamilyInfo, FamilyName, family_info
 from normzoo.registry.options import pydantic_problems, rule_error, rule_problems
+from normzoo.residual.base import Family
 
 Probability = pydantic.confloat(ge=0.0, lt=1.0)
 
@@ -28,7 +30,7 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    family: Literal["encoder", "decoder", "encoder_decoder"] = "encoder_decoder"
+    family: FamilyName = Family.ENCODER_DECODER.value
     vocab_size: int | None = Field(default=None, gt=0, description="set from the tokenizer")
     d_model: int = Field(default=512, gt=0)
     heads: int = Field(default=8, gt=0)
@@ -97,10 +99,8 @@ class ModelConfig(BaseModel):
                 Problem("d_model", f"{self.d_model} is not divisible by heads={self.heads}")
             )
         problems += self._attention_problems()
-        if self.family in ("encoder", "encoder_decoder") and self.encoder_layers < 1:
-            problems.append(Problem("encoder_layers", f"a {self.family} model needs at least 1"))
-        if self.family in ("decoder", "encoder_decoder") and self.decoder_layers < 1:
-            problems.append(Problem("decoder_layers", f"a {self.family} model needs at least 1"))
+        problems += [Problem(f"{stack}_layers", f"a {self.family} model needs at least 1")
+                     for stack in self.family_info.stacks if getattr(self, f"{stack}_layers") < 1]
         if self.vocab_size is not None and self.pad_id >= self.vocab_size:
             problems.append(
                 Problem("pad_id", f"{self.pad_id} is outside the vocabulary ({self.vocab_size})")
@@ -163,14 +163,25 @@ class ModelConfig(BaseModel):
         return self.bias
 
     @property
+    def family_info(self) -> FamilyInfo:
+        """What this model's family is (:mod:`normzoo.models.family_info`): ask it rather than
+        compare ``family`` with a name."""
+        return family_info(self.family)
+
+    @property
+    def stack_depths(self) -> dict[str, int]:
+        """Each stack this family has, in forward order, with its layers."""
+        return {stack: getattr(self, f"{stack}_layers") for stack in self.family_info.stacks}
+
+    @property
     def encoder_depth(self) -> int:
         """N: encoder layers this family actually has."""
-        return self.encoder_layers if self.family != "decoder" else 0
+        return self.stack_depths.get("encoder", 0)
 
     @property
     def decoder_depth(self) -> int:
         """M: decoder layers this family actually has."""
-        return self.decoder_layers if self.family != "encoder" else 0
+        return self.stack_depths.get("decoder", 0)
 
     @classmethod
     def parse(cls, data: ModelConfig | dict[str, Any], prefix: str = "model") -> ModelConfig:

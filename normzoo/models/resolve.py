@@ -18,8 +18,9 @@ from torch import nn
 from normzoo import registry
 from normzoo.errors import ConfigError, NormzooError, Problem
 from normzoo.models.component import Component
+from normzoo.models.family_info import family_info
 from normzoo.registry.options import validate_options
-from normzoo.residual.base import Family, ResidualScheme, StackInfo
+from normzoo.residual.base import ResidualScheme, StackInfo
 
 
 class ModelSection(Protocol):
@@ -48,16 +49,12 @@ class ModelSection(Protocol):
 def stack_infos(config: ModelSection) -> list[StackInfo]:
     """The stacks this family has, each told the family, both depths, the heads and the
     vocabulary (0 while the tokenizer has not set it: validating a recipe)."""
-    family = Family(config.family)
+    family = family_info(config.family)
     n, m = config.encoder_depth, config.decoder_depth
     heads = {"heads": config.heads, "kv_heads": config.kv_heads or config.heads,
              "vocab": config.vocab_size or 0}
-    stacks = []
-    if family is not Family.DECODER:
-        stacks.append(StackInfo(family, "encoder", n, m, config.d_model, **heads))
-    if family is not Family.ENCODER:
-        stacks.append(StackInfo(family, "decoder", n, m, config.d_model, **heads))
-    return stacks
+    return [StackInfo(family.family, stack, n, m, config.d_model, **heads)
+            for stack in family.stacks]
 
 
 def norm_factory(name: str) -> Callable[..., nn.Module]:
@@ -161,7 +158,8 @@ def causal_norm_problem(config: ModelSection, factory: Any) -> Problem | None:
 
     ``model.norm`` serves both stacks, so an encoder-decoder is refused too.
     """
-    if config.family == "encoder" or not getattr(factory, "mixes_positions", False):
+    if ("decoder" not in family_info(config.family).stacks
+            or not getattr(factory, "mixes_positions", False)):
         return None
     return Problem(
         "norm",

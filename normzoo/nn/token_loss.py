@@ -1,7 +1,7 @@
 """The one quantity every task reports for a batch: its summed token loss and token count.
 
 Summed, not averaged, so that batches, gradient accumulation and processes combine exactly
-(:meth:`normzoo.tasks.base.NormzooTask.global_token_mean`). Plain torch: the evaluation code
+(:meth:`normzoo.tasks.base.TaskModule.global_token_mean`). Plain torch: the evaluation code
 and the benchmarks use it without Lightning.
 """
 

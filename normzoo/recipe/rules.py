@@ -13,7 +13,9 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from normzoo import registry
+from normzoo.contract.lookup import task_of, working_tasks
 from normzoo.errors import Problem
+from normzoo.models.family_info import FAMILY_NAMES
 from normzoo.recipe.optim import schedule_problems
 
 if TYPE_CHECKING:  # the schema imports this module
@@ -38,20 +40,10 @@ class EvalSection(Protocol):
     average_last: Any
 
 
-FAMILIES = ("encoder_decoder", "encoder", "decoder")
-
-
 def registered_task(name: str) -> Any:
-    """The registered task ``name`` (:class:`~normzoo.tasks.contract.Task`), through the
-    registry: the recipe reads what a task says without importing the tasks package, which
-    reads recipes. Only the task named is imported."""
-    return registry.tasks.get(name)()
-
-
-def working_tasks() -> list[Any]:
-    """Every registered task that imports (a broken plugin is left out: it is an error only
-    where a recipe names it), by name."""
-    return [entry.obj() for entry in registry.tasks.working()]
+    """The registered task ``name`` (:class:`~normzoo.contract.task.Task`): only the task
+    named is imported."""
+    return task_of(name)
 
 
 def task_of_family(family: Any) -> str | None:
@@ -87,13 +79,13 @@ FAMILY_OF_TASK: Mapping[str, str] = _Families()
 def family_problem(task: Any, family: Any) -> Problem | None:
     """The problem with ``model.family`` if it does not fit ``task`` (both already valid)."""
     expected = FAMILY_OF_TASK.get(task) if isinstance(task, str) else None
-    if expected is None or family not in FAMILIES or family == expected:
+    if expected is None or family not in FAMILY_NAMES or family == expected:
         return None
     return Problem("model.family", f"task '{task}' needs family '{expected}', not '{family}'")
 
 
 def task_problems(task: Any, options: Any) -> list[Problem]:
-    """The task's word on ``task_options`` (:meth:`~normzoo.tasks.contract.Task.option_problems`)
+    """The task's word on ``task_options`` (:meth:`~normzoo.contract.task.Task.option_problems`)
     for a registered task."""
     if not (isinstance(task, str) and task in FAMILY_OF_TASK and isinstance(options, dict)):
         return []

@@ -74,9 +74,14 @@ class PluginVersionWarning(UserWarning):
 class Registry:
     """Names of one kind (norms or residual schemes), indexed from one entry-point group."""
 
-    def __init__(self, group: str, kind: str) -> None:
+    def __init__(self, group: str, kind: str, instance_of: str | None = None) -> None:
         self.group = group
         self.kind = kind
+        # ``module:Class``: each entry must be a subclass of it and is kept as an instance made
+        # without arguments (tasks), so a plugin whose class cannot be built is BROKEN in
+        # ``normzoo list`` rather than a traceback wherever it is first used. Named by a
+        # string: the class lives above the registry, and is imported as entry points are.
+        self.instance_of = instance_of
         self._entries: dict[str, Entry] | None = None
         self._refused: list[Entry] = []
 
@@ -131,6 +136,8 @@ class Registry:
                 f"{owner.version}; pick another name"
             )
         entries[name] = Entry(PluginInfo(name, distribution, "0"), f"{obj!r}", obj=obj)
+        if self.instance_of is not None:
+            entries[name].obj = self._made(obj)
 
     def unregister(self, name: str) -> None:
         """Forget an in-process registration (entry points come back on the next refresh)."""
@@ -212,7 +219,7 @@ class Registry:
 
     def _load(self, entry: Entry) -> None:
         try:
-            entry.obj = EntryPoint(entry.info.name, entry.target, self.group).load()
+            entry.obj = self._made(EntryPoint(entry.info.name, entry.target, self.group).load())
         # A broken plugin must not take normzoo down with it: one that calls sys.exit() on
         # import (SystemExit is no Exception) included; Ctrl-C still stops the command.
         except (Exception, SystemExit) as exc:
@@ -226,6 +233,17 @@ class Registry:
             ]
             where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
             entry.error = f"{type(exc).__name__}: {exc}{where}"
+
+    def _made(self, obj: Any) -> Any:
+        """``obj`` as this registry keeps it: itself, or (``instance_of``) an instance of it."""
+        if self.instance_of is None:
+            return obj
+        module, _, name = self.instance_of.partition(":")
+        base = getattr(importlib.import_module(module), name)
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise TypeError(f"the entry point names {obj!r}, not a subclass of "
+                            f"{base.__module__}.{base.__qualname__}")
+        return obj()
 
     def working(self) -> list[Entry]:
         """The entries that import and that no other distribution contests, sorted by name: what
@@ -244,7 +262,7 @@ class Registry:
 
 norms = Registry(NORMS_GROUP, "norm")
 residuals = Registry(RESIDUALS_GROUP, "residual scheme")
-tasks = Registry(TASKS_GROUP, "task")
+tasks = Registry(TASKS_GROUP, "task", instance_of="normzoo.contract.task:Task")
 
 
 def of_kind(kind: str) -> Registry:

@@ -28,7 +28,8 @@ Stream = Any
 
 
 class Family(str, enum.Enum):
-    """The three model families; schemes' constants depend on which one they are in."""
+    """The three model families, named here once (:mod:`normzoo.models.family_info` says
+    what each is); schemes' constants depend on which one they are in."""
 
     ENCODER = "encoder"  # BERT-style, N encoder layers
     DECODER = "decoder"  # GPT-style, M decoder layers
@@ -106,10 +107,8 @@ class Site:
     @property
     def index(self) -> int:
         """0-based position among the stack's residual connections, in forward order."""
-        order = [SublayerKind.SELF_ATTN]
-        if self.stack.has_cross_attention:
-            order.append(SublayerKind.CROSS_ATTN)
-        order.append(SublayerKind.FFN)
+        cross = [SublayerKind.CROSS_ATTN] if self.stack.has_cross_attention else []
+        order = [SublayerKind.SELF_ATTN, *cross, SublayerKind.FFN]
         return self.layer * len(order) + order.index(self.kind)
 
 
@@ -130,6 +129,14 @@ class PlainForm:
     eps_scale: float = 1.0
     folded: str = ""
     constant: str = ""
+
+    def pre_norm_problem(self) -> str | None:
+        """Why this is not Pre-LN's ``x + f(s * norm(x))`` (Llama's layer, ``s`` multiplied
+        into the norm's gain), or None where it is."""
+        if self.placement != "pre":
+            return "a Post-LN placement"
+        scaled = not isinstance(self.branch_scale, float) or self.branch_scale != 1.0
+        return "its branch output is scaled" if scaled else None
 
 
 class Residual(nn.Module):
@@ -166,16 +173,13 @@ class Residual(nn.Module):
 
         The diagnostics' branch ratio compares their sizes, so a scheme that scales either term
         (ReZero's a, LayerScale's l, DeepNorm's alpha, Admin's w) or normalises the branch
-        (Sandwich) returns them as its formula adds them; the default is ``x + f(x)``.
-        """
+        (Sandwich) returns them as its formula adds them; the default is ``x + f(x)``."""
         return x, branch
 
 
 class StreamEnds(nn.Module):
     """The two ends of a stack: stream state from embeddings, output from the final state.
-
-    The default has a single-tensor stream and an optional final norm.
-    """
+    The default has a single-tensor stream and an optional final norm."""
 
     def __init__(self, final_norm: nn.Module | None = None) -> None:
         super().__init__()
@@ -241,19 +245,14 @@ class ResidualScheme:
     def init_weights(self, site: Site, weights: Mapping[str, torch.Tensor]) -> None:
         """Re-initialise f's weights by role (``q``, ``v``, ``ffn_out``, ``cross_v``...)."""
 
-    def init_parameters(
-        self,
-        site: Site,
-        weights: Mapping[str, torch.Tensor],
-        biases: Mapping[str, torch.Tensor],
-    ) -> None:
+    def init_parameters(self, site: Site, weights: Mapping[str, torch.Tensor],
+                        biases: Mapping[str, torch.Tensor]) -> None:
         """Re-initialise f's weights and biases by role; ``biases`` is empty without biases.
 
         The default calls :meth:`init_weights`, so a scheme that only rescales matrices (the
         usual case, and every plugin written before this hook) overrides that one. A scheme
         whose reference code also initialises biases (torchscale's DeepNorm and Sub-LN scale
-        them; fairseq 0.12, which ResiDual's code runs on, keeps ``nn.Linear``'s) overrides this.
-        """
+        them; fairseq 0.12, which ResiDual's code runs on, keeps ``nn.Linear``'s) overrides this."""
         self.init_weights(site, weights)
 
     # -- stack ends ---------------------------------------------------------------------------

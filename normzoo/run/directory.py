@@ -35,7 +35,7 @@ from pathlib import Path
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import atomic_write_text, not_a_folder
 from normzoo.recipe import Recipe
-from normzoo.recipe.paths import run_directory
+from normzoo.run.inputs import run_directory
 
 LOCK_NAME = ".lock"
 

@@ -126,3 +126,21 @@ def resume_history(metrics_file: Path, resumed_step: int) -> int:
         metrics_file.unlink(missing_ok=True)
     return len(rows)
 
+
+
+def validation_of(trainer: Any) -> dict[str, float]:
+    """The run's last validation metrics: this process's, or from its metrics file for a run
+    resumed at its end (its test was stopped), which validated nothing in this process."""
+    return {k: float(v) for k, v in trainer.callback_metrics.items()
+            if k.startswith("val/")} or last_validation(
+                metrics_path(Path(trainer.default_root_dir)))
+
+
+def log_test_scores(trainer: Any, scores: dict[str, Any]) -> None:
+    """Send test scores computed outside ``trainer.test`` (translation's BLEU) to every logger
+    of the run, as ``test/KEY``, at the step at which a ``trainer.test`` logs its ``test/``
+    metrics: the number of updates made. Without this they would reach ``summary.json`` only."""
+    logged = {f"test/{key}": float(value) for key, value in scores.items()}
+    for logger in trainer.loggers:
+        logger.log_metrics(logged, step=trainer.global_step)
+        logger.finalize("success")  # written out, as at the end of fit and test

@@ -13,7 +13,7 @@ The hash is taken once, when a new run has built its model from the seed (``init
 weights loaded): before the strategy moves, casts or shards anything, so it is the same on any
 machine and precision (a scheme's data-dependent init, which follows from these weights and the
 first batch, comes after it). The checkpoints carry it (``checkpoint["normzoo"]["identity"]``, by
-:class:`~normzoo.tasks.base.NormzooTask`), so a resumed run reports its first start's.
+:class:`~normzoo.tasks.base.TaskModule`), so a resumed run reports its first start's.
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ from normzoo.checkpoints.reading import (
     checkpoint_tokenizer,
     read_checkpoint,
 )
+from normzoo.contract import task_of
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.errors import NormzooError
 from normzoo.recipe import Recipe
-from normzoo.tasks import task_of
 
 LISTED = 8  # names shown per kind of difference
 
@@ -102,14 +102,20 @@ class InitWeights:
                             "of this task's model?")
 
     def load_into(self, model: torch.nn.Module) -> None:
-        """Copy the weights that fit into ``model`` (all of them, when strict)."""
+        """Copy the weights that fit into ``model`` (all of them, when strict), then apply the
+        constraint its residual scheme keeps on the weights (``after_step``, which the build
+        applied to the fresh weights these replace): nGPT's unit rows hold from the first
+        forward pass, whatever scheme trained the weights."""
         if self.strict:
             model.load_state_dict(self.state, strict=True)
-            return
-        shapes = {name: value.shape for name, value in model.state_dict().items()}
-        fitting = {name: tensor for name, tensor in self.state.items()
-                   if shapes.get(name) == tensor.shape}
-        model.load_state_dict(fitting, strict=False)
+        else:
+            shapes = {name: value.shape for name, value in model.state_dict().items()}
+            fitting = {name: tensor for name, tensor in self.state.items()
+                       if shapes.get(name) == tensor.shape}
+            model.load_state_dict(fitting, strict=False)
+        scheme = getattr(model, "scheme", None)
+        if scheme is not None:
+            scheme.after_step(model)
 
     def announcement(self) -> str:
         step = f" (trained {self.step} steps)" if self.step is not None else ""

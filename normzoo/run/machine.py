@@ -72,7 +72,7 @@ def matrix_count(recipe: Recipe) -> int:
     lower bound of what :func:`normzoo.models.assemble` builds."""
     m = recipe.model
     d, vocab = m.d_model, m.vocab_size or _vocabulary(recipe)
-    cross = m.family == "encoder_decoder"
+    cross = m.family_info.cross_attention  # two embeddings, two position tables, cross-attn
     ffn = (3 if m.activation in ("swiglu", "geglu") else 2) * d * m.ffn_dim
     kv = d // m.heads * (m.kv_heads or m.heads)  # k and v's width: narrower with GQA
     attention = 2 * d * d + 2 * d * kv  # W_q, W_o; W_k, W_v
@@ -80,24 +80,13 @@ def matrix_count(recipe: Recipe) -> int:
         (2 if cross else 1) * attention + ffn)
     tokens = vocab * d * (2 if cross and not m.share_embeddings else 1)
     positions = (2 if cross else 1) * m.max_positions * d if m.positions == "learned" else 0
-    head = d * d if m.family == "encoder" else 0  # the masked-LM head's dense layer
+    head = d * d if m.family_info.masked_lm_head else 0  # the masked-LM head's dense layer
     output = 0 if m.tie_output else vocab * d
     return layers + tokens + positions + head + output
 
 
 def _size(count: int) -> str:
     return f"{count / 2**40:,.1f} TiB" if count >= 2**40 else f"{count / 2**30:,.1f} GiB"
-
-
-def _ram() -> int | None:
-    """Physical memory, or the container's limit where one is set and lower (cgroup v2)."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        total = min(total, int(Path("/sys/fs/cgroup/memory.max").read_text().strip()))
-    return total
 
 
 def training_device(trainer: TrainerConfig) -> Any:
@@ -126,7 +115,8 @@ def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
     """What of ``recipe`` this machine cannot run, found without allocating anything: a model
     whose training state (weights, gradients and AdamW's moments; with ``training=False`` the
     weights and gradients of one forward and backward on the CPU) is larger than the memory of
-    a device, and more training processes on the CPU (``trainer.devices``) than cores.
+    a device, more training processes on the CPU (``trainer.devices``) than cores, and an
+    ``eval.beam`` the final test's beam search cannot hold (:func:`_final_test_beam`).
 
     The size is a lower bound (activations come on top), so a refused recipe never fits.
     """
@@ -148,15 +138,15 @@ def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
                      else DIAGNOSE_BYTES)
     need, copies = count * per_parameter, ""
     processes = _processes_per_machine(trainer) if training else 1
+    from normzoo.inference.device import device_memory
+
+    limit, where = device_memory(device)
     if isinstance(device, str):
-        limit, where = _ram(), "memory (RAM) of this machine"
         if processes > 1 and trainer.strategy != "fsdp":  # one replica per process
             need, copies = need * processes, f", once in each of {processes} processes"
-    else:
-        limit, where = device.total_memory, f"GPU memory of one {device.name}"
-        if trainer.strategy == "fsdp":  # sharded over every device
-            shards = processes * trainer.num_nodes
-            need, copies = need // shards, f", sharded over {shards} devices"
+    elif trainer.strategy == "fsdp":  # sharded over every device
+        shards = processes * trainer.num_nodes
+        need, copies = need // shards, f", sharded over {shards} devices"
     if limit is not None and need > limit:
         what = ("weights, gradients and AdamW's two moments" if training else
                 "weights and gradients")
@@ -166,7 +156,24 @@ def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
             f"more than the {_size(limit)} of {where}; make it smaller (model.d_model, "
             "model.ffn_dim, model.encoder_layers, model.decoder_layers, "
             "data.tokenizer.vocab_size)")))
+    if training and recipe.model.family_info.cross_attention and recipe.eval.beam > 1:
+        problems += _final_test_beam(recipe, limit, where)
     return problems
+
+
+def _final_test_beam(recipe: Recipe, limit: int | None, where: str) -> list[Problem]:
+    """``eval.beam`` where the final test's beam search could not hold one two-token sentence
+    (:func:`~normzoo.inference.beams.beam_state_bytes`, float32, as that test decodes)."""
+    from normzoo.inference.beams import beam_problem, beam_state_bytes
+
+    m, evaluation = recipe.model, recipe.eval
+    config = m.model_copy(update={"vocab_size": m.vocab_size or _vocabulary(recipe)})
+    steps = min(max(int(2 * evaluation.max_len_a + evaluation.max_len_b), 1),
+                m.max_positions - 1)
+    need = beam_state_bytes(config, evaluation.beam, 1, 2, steps)
+    problem = beam_problem(evaluation.beam, need, "one sentence of 2 tokens", limit, where,
+                           "eval.beam")
+    return [Problem("eval.beam", f"{evaluation.beam} {problem}")] if problem else []
 
 
 def check_machine(recipe: Recipe, *, training: bool = True) -> Recipe:

@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from normzoo.contract import task_of
 from normzoo.models.config import ModelConfig
 from normzoo.recipe import Recipe
-from normzoo.recipe.paths import local_path
-from normzoo.tasks import task_of
+from normzoo.run.inputs import local_path
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ import typer
 
 from normzoo.checkpoints.reading import checkpoint_parts, checkpoint_tokenizer, read_checkpoint
 from normzoo.checkpoints.rolling import newest_checkpoint
+from normzoo.contract import task_of
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import remove_stale_temporaries
 from normzoo.recipe import Recipe
@@ -62,7 +63,6 @@ from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
 from normzoo.run.directory import RunDirectoryExists, run_directory_override, run_summary
 from normzoo.run.preemption import slurm_restarted
 from normzoo.run.recipe_changes import Change, recipe_changes, shown
-from normzoo.tasks import task_of
 
 
 def resume_checkpoint(run_dir: Path, resume: str, announce: bool = True) -> Path:

@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from normzoo.contract import task_of
 from normzoo.diagnostics.callbacks import DiagnosticsCallback, DivergenceGuard
 from normzoo.errors import NormzooError, RuntimeFailure
 from normzoo.models.layers import DecoderLayer, EncoderLayer
@@ -44,7 +45,6 @@ from normzoo.run.callbacks import (
     ValidateAtMaxSteps,
 )
 from normzoo.run.console import StepProgressBar
-from normzoo.tasks import monitored_metric
 
 
 class TrainerSetupError(NormzooError):
@@ -163,7 +163,7 @@ class RunCallbacks:
     @classmethod
     def for_recipe(cls, recipe: Recipe, run_dir: Path) -> RunCallbacks:
         t, diagnostics = recipe.trainer, recipe.diagnostics
-        monitor, mode = monitored_metric(recipe)
+        monitor, mode = task_of(recipe).monitor(recipe)
         checkpoints = run_dir / "checkpoints"
         best = ModelCheckpoint(dirpath=checkpoints, filename="best-{step}", monitor=monitor,
                                mode=mode, save_top_k=t.save_top_k, save_last=False,

@@ -24,19 +24,20 @@ from typing import Any
 import lightning as L
 import typer
 
+from normzoo.contract import FinalTest, module_class, task_of
 from normzoo.data.shapes import ShapeCount, batch_shapes_line
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.recipe import Recipe
-from normzoo.recipe.paths import for_training, unread_data_keys
 from normzoo.run.allocator import keep_freed_memory
 from normzoo.run.allocator import requested as requested_malloc
 from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
 from normzoo.run.endings import RunEndings
 from normzoo.run.hardware import describe
-from normzoo.run.history import metrics_path, resume_history
+from normzoo.run.history import log_test_scores, metrics_path, resume_history, validation_of
 from normzoo.run.identity import run_identity
 from normzoo.run.init_weights import initial_weights
+from normzoo.run.inputs import for_training, unread_data_keys
 from normzoo.run.kernels import kernel_line, kernel_record
 from normzoo.run.machine import cpu_bf16_override, for_this_machine
 from normzoo.run.recipe_changes import resolved_options
@@ -49,8 +50,8 @@ from normzoo.run.trainer import (
     global_rank,
     stop_reason,
 )
-from normzoo.tasks import task_class, task_of
 from normzoo.tasks.datamodule import TextDataModule, show_progress, training_data
+from normzoo.tasks.testing import test_in_loops
 
 
 def run(
@@ -62,7 +63,7 @@ def run(
     Under several processes only rank 0 creates and writes the run directory and returns the
     summary; the other ranks return None. ``resume`` (``auto`` or a checkpoint path) continues
     a run in its own directory: model, optimizer, schedule and step count. Its inputs are
-    checked to be there and its paths stored resolved (:mod:`normzoo.recipe.paths`), a model
+    checked to be there and its paths stored resolved (:mod:`normzoo.run.inputs`), a model
     this machine cannot hold is refused, and bf16 on a CPU without bf16 instructions trains in
     float32 (:mod:`normzoo.run.machine`); ``overrides`` (the command's) are repeated in the
     command that resumes a pre-empted run.
@@ -103,7 +104,8 @@ class TrainingRun(RunEndings):
         self.trainer: L.Trainer | None = None
         self.data: TextDataModule | None = None
         self.shapes: ShapeCount | None = None  # one epoch's training batches, for the summary
-        self.task: Any = None
+        self.task = task_of(self.recipe)  # the task's contract (Task): what it says
+        self.module: Any = None  # its LightningModule, built in setup()
         self.complete: dict | None = None  # a completed run's summary, --resume auto
 
     def run(self, *, note_late_stops: bool = False) -> dict[str, Any] | None:
@@ -129,7 +131,7 @@ class TrainingRun(RunEndings):
         if start is None:  # a new run: refused now, not after the tokenizer's minutes
             self.directory.refuse_existing(self.force)
             self.init = initial_weights(self.recipe)
-            if self.init is not None and not task_of(self.recipe).resolves_from_data:
+            if self.init is not None and not self.task.resolves_from_data:
                 self.init.fit_recipe(self.recipe)  # a misfit refused before the data's minutes
         else:
             self.ckpt_path, self.resumed_step = start.checkpoint, start.step
@@ -149,8 +151,8 @@ class TrainingRun(RunEndings):
             saved=self.run_dir / "tokenizer.json" if self.rank > 0 else None,
             progress=self.rank == 0 and show_progress())
         # What only the data can say (a classifier's labels), recorded in the run's recipe.
-        self.recipe = self.data.recipe = task_of(self.recipe).resolved(self.recipe, self.data)
-        if self.init is not None and task_of(self.recipe).resolves_from_data:
+        self.recipe = self.data.recipe = self.task.resolved(self.recipe, self.data)
+        if self.init is not None and self.task.resolves_from_data:
             self.init.fit_recipe(self.recipe)  # its model needed the data; still before the
             # run directory is written
         self.shapes = self.data.train_shapes(self.trainer.world_size)
@@ -163,7 +165,7 @@ class TrainingRun(RunEndings):
         self.started_new = start is None
         # W&B and MLflow write as they are created: only now that the run directory is ours.
         self.trainer.loggers = build_loggers(self.recipe, self.run_dir)
-        self.task = self._built_task(tokenizer)
+        self.module = self._built_module(tokenizer)
         if self.ckpt_path is not None and self.rank == 0:  # last: the CSV logger appends to it
             resume_history(metrics_path(self.run_dir), self.resumed_step)
 
@@ -175,7 +177,7 @@ class TrainingRun(RunEndings):
         :class:`~normzoo.errors.RuntimeFailure` (exit 1)."""
         with self._recording_failures():
             with self._training_stops():
-                self.trainer.fit(self.task, datamodule=self.data, ckpt_path=self.ckpt_path,
+                self.trainer.fit(self.module, datamodule=self.data, ckpt_path=self.ckpt_path,
                                  weights_only=True)
             # last.ckpt is written at each validation, and a run that reaches max_steps
             # validates there (ValidateAtMaxSteps); one stopped otherwise (max_epochs) gets its
@@ -192,12 +194,11 @@ class TrainingRun(RunEndings):
     def test(self) -> dict[str, Any]:
         """The best checkpoint's scores (validation and test) and what else the completed
         summary records; empty on ranks other than 0. The task's final test
-        (:meth:`~normzoo.tasks.contract.Task.final_test`) says where training time ends. A
+        (:meth:`~normzoo.contract.task.Task.final_test`) says where training time ends. A
         stop signal ends the test at once (:meth:`_test_stopped`)."""
         trainer, recipe = self.trainer, self.recipe
         with self._recording_failures(), self._test_stopped():
-            scored = task_of(recipe).final_test(recipe, self.task, self.data, trainer,
-                                                self._training_ended)
+            scored = self.task.final_test(self._final_test())
         if scored is None:  # another process: rank 0 writes the summary
             return {}
         validation, test = scored
@@ -208,6 +209,15 @@ class TrainingRun(RunEndings):
         if self.init is not None:
             scores["init"] = self.init.record()
         return scores | {"total_wall_s": round(time.perf_counter() - self.started, 1)}
+
+    def _final_test(self) -> FinalTest:
+        """What the task's final test is given: the run's parts and services."""
+        trainer, module, data = self.trainer, self.module, self.data
+        return FinalTest(
+            self.recipe, module, data, trainer, self._training_ended,
+            in_loops=lambda: test_in_loops(self.recipe, module, data, trainer),
+            last_validation=lambda: validation_of(trainer),
+            log_test=lambda scores: log_test_scores(trainer, scores))
 
     def _training_ended(self) -> None:
         """Where ``train_wall_s`` ends: the task's final test calls it."""
@@ -228,7 +238,7 @@ class TrainingRun(RunEndings):
                    "recipe": str(self.recipe_path), "run_dir": str(self.run_dir),
                    "steps": trainer.global_step,
                    "train_wall_s": round((self.trained or time.perf_counter()) - self.started, 1)}
-        if (identity := getattr(self.task, "identity", None)) is not None:
+        if (identity := getattr(self.module, "identity", None)) is not None:
             summary["identity"] = identity
         if self.shapes is not None:
             summary |= {"train_batch_shapes": self.shapes.shapes,
@@ -253,13 +263,13 @@ class TrainingRun(RunEndings):
 
     # -- the stages' parts ---------------------------------------------------------------------
 
-    def _built_task(self, tokenizer: Tokenizer) -> Any:
+    def _built_module(self, tokenizer: Tokenizer) -> Any:
         """The task (LightningModule) from the recipe's seed, with ``init.from``'s weights and,
         in a new run, the identity of that start (rank 0's, which its checkpoints carry);
         rank 0 prints the header line."""
         recipe = self.recipe
         L.seed_everything(recipe.seed, workers=True, verbose=False)
-        task = task_class(recipe.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
+        task = module_class(self.task)(recipe, tokenizer.vocab_size, tokenizer.to_str())
         task.flops_read = True  # the run's TrainingThroughput (RunCallbacks) reads them
         if self.init is not None:
             self.init.load_into(task.model)
@@ -267,7 +277,6 @@ class TrainingRun(RunEndings):
                 typer.echo(self.init.announcement(), err=True)
         if self.ckpt_path is None and self.rank == 0:  # a resumed run's is its checkpoint's
             task.identity = run_identity(recipe.seed, task.model, recipe.to_dict())
-        task_of(recipe).connect(task, self.data)
         if self.rank == 0:
             size = sum(p.numel() for p in task.model.parameters())
             budget = recipe.data.max_tokens * recipe.trainer.accumulate * self.trainer.world_size

@@ -49,7 +49,7 @@ def _run(cell: Cell, root: Path, value: float, task: Any, data_dir: Path | None,
 
 def read_result(name: str, part: Part, folder: Path) -> PartResult:
     """One part's cells, task and score."""
-    from normzoo.tasks import task_of
+    from normzoo.contract import task_of
 
     recipe = _recipe(part)
     task = task_of(recipe)

@@ -33,7 +33,7 @@ PART = "part"  # a comparison across parts names each side's part
 
 class Score(pydantic.BaseModel):
     """What a comparison compares. ``task``: the task's compared test score
-    (:attr:`~normzoo.tasks.contract.Task.compared_score`), the only one with per-example
+    (:attr:`~normzoo.contract.task.Task.compared_score`), the only one with per-example
     outputs to resample; else a scalar the run recorded: ``validation`` (the best checkpoint's
     validation metrics in ``summary.json``, e.g. ``val/loss``), ``test`` (its test scores) or
     ``diagnose`` (a column of ``diagnose.csv`` at the last checkpoint: the stream norm after

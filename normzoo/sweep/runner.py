@@ -100,16 +100,16 @@ def _train_cell(recipe_path: Path, base_overrides: list[str], cell: dict[str, st
                 run_dir: Path, steps: int | None, diagnose: bool) -> dict[str, Any]:
     from normzoo import recipe as recipes
     from normzoo.checkpoints.rolling import newest_checkpoint
+    from normzoo.contract import task_of
     from normzoo.diagnostics.callbacks import DivergenceError
     from normzoo.run.training import run
-    from normzoo.tasks import monitored_metric
 
     name, record = run_dir.name, run_dir / "cell.json"
     overrides = [*base_overrides, *cell_overrides(cell), f"run.dir={run_dir}"]
     if steps is not None:
         overrides.append(f"trainer.max_steps={steps}")
     resolved = recipes.load(recipe_path, overrides)
-    metric, _ = monitored_metric(resolved)
+    metric, _ = task_of(resolved).monitor(resolved)
     row: dict[str, Any] = {"cell": name, **cell, "metric": metric}
     # A cell that was killed or pre-empted continues from its newest checkpoint.
     resume = "auto" if newest_checkpoint(run_dir / "checkpoints") else None

@@ -2,8 +2,8 @@
 training batch costs (for Lightning's ``ThroughputMonitor``) and what a checkpoint carries so it
 can be used without the run directory.
 
-A task says two things about a batch: its model's :meth:`~NormzooTask.logits`, and its
-:meth:`~NormzooTask.loss_terms` (summed token loss and token count, :mod:`normzoo.nn.token_loss`).
+A task says two things about a batch: its model's :meth:`~TaskModule.logits`, and its
+:meth:`~TaskModule.loss_terms` (summed token loss and token count, :mod:`normzoo.nn.token_loss`).
 Training, validation, diagnostics and the divergence guard use nothing else.
 
 A checkpoint holds only plain data (dicts, strings, tensors) so that it loads with
@@ -27,10 +27,10 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from normzoo import __version__, registry
 from normzoo.checkpoints import rng_state as rng
+from normzoo.contract import task_of
 from normzoo.data.shapes import ladder_rungs
 from normzoo.nn.token_loss import LossTerms
 from normzoo.recipe import Recipe
-from normzoo.tasks import task_of
 from normzoo.tasks.compiled import (
     CompileCount,
     compile_step,
@@ -51,7 +51,7 @@ def tokens(batch: dict[str, Any]) -> int:
     return int(batch["ntokens"])
 
 
-class NormzooTask(L.LightningModule):
+class TaskModule(L.LightningModule):
     """Base LightningModule, built from the validated recipe."""
 
     # Label smoothing is a training-time regulariser of translation; the LM tasks train on the

@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from normzoo.contract import task_of
 from normzoo.data.batching import ResumableLoader, TokenBudgetSampler
 from normzoo.data.cache import Prepared
 from normzoo.data.prepare import open_prepared, prepare
@@ -24,7 +25,6 @@ from normzoo.data.shapes import LengthLadder, ShapeCount, ladder_for
 from normzoo.data.sources import DataError
 from normzoo.data.tokenizer import Tokenizer
 from normzoo.recipe import Recipe
-from normzoo.tasks import task_of
 
 # How long a process that does not build the cache waits for the one that does (another node
 # may be encoding WMT14): longer than any prepare, shorter than forever.

@@ -117,8 +117,8 @@ def adamw_impl(device_type: str, precision: str) -> AdamWImpl:
     divergence guard's and the diagnostics' gradient norms) would see scaled gradients: foreach
     stays there. Under ``bf16-mixed`` nothing is scaled, yet Lightning's mixed-precision plugin
     refuses to clip for any optimizer that unscales itself; the task clips there itself
-    (:meth:`NormzooTask.configure_gradient_clipping
-    <normzoo.tasks.base.NormzooTask.configure_gradient_clipping>`), so gradient clipping
+    (:meth:`TaskModule.configure_gradient_clipping
+    <normzoo.tasks.base.TaskModule.configure_gradient_clipping>`), so gradient clipping
     never decides the kernel. On a CPU foreach stays: the measurement was a GPU's."""
     return "fused" if device_type == "cuda" and precision != "16-mixed" else "foreach"
 

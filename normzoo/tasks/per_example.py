@@ -1,6 +1,6 @@
 """The per-example test outputs of the tasks the final test scores in Lightning's loops (the
 classifier, the language models): the file a run keeps, ``examples.<test split>.tsv``
-(:data:`~normzoo.verdicts.outputs.OUTPUTS_FILE`), written and read back here.
+(:data:`~normzoo.contract.outputs.OUTPUTS_FILE`), written and read back here.
 
 A header line names the columns, then one line per example of the test split, in the split's
 order: a classifier's ``prediction``, ``label`` and ``loss``, a language model's ``loss_sum``
@@ -9,7 +9,7 @@ give back the summary's test scores. Read back, the rows are checked against the
 claim to be (its number of examples), and whatever does not parse is an error naming the file
 and the line: a verdict resting on a damaged file would be wrong without a sign of it.
 
-No torch here: :meth:`~normzoo.tasks.contract.Task.example_outputs` reads the files wherever
+No torch here: :meth:`~normzoo.contract.task.Task.example_outputs` reads the files wherever
 ``normzoo compare`` runs; the side that writes them is :mod:`normzoo.tasks.testing`.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from normzoo.contract.outputs import OUTPUTS_FILE
 from normzoo.errors import NormzooError
 from normzoo.io.atomic import atomic_write_text
-from normzoo.verdicts.outputs import OUTPUTS_FILE
 
 
 class ExampleOutputsError(NormzooError):
@@ -126,10 +126,11 @@ def split_size(task: Any, recipe: dict[str, Any], data_dir: Path | None = None) 
     reading = {"task": recipe.get("task"), "data": data,
                "task_options": recipe.get("task_options") or {}}
     resolved = from_dict(reading, check_registry=False)
-    # The test split is read to valid_limit, as the run prepared it (data.train_tokenizer's
-    # split_of, not imported: it imports the tasks, which import this).
-    limit = resolved.data.valid_limit
-    return sum(len(parts[0]) for parts in task.read(resolved, resolved.data.test_split, limit))
+    from normzoo.data.split import Split
+
+    # The test split is read to valid_limit, as the run prepared it.
+    split = Split.of(task, resolved, resolved.data.test_split, resolved.data.valid_limit)
+    return sum(len(parts[0]) for parts in task.read(split))
 
 
 def kept_outputs(task: Any, run_dir: Path, recipe: dict[str, Any], data_dir: Path | None,

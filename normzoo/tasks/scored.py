@@ -1,6 +1,9 @@
-"""Scores in float32 whatever the run trained in: what a task scored by Lightning's own loops
-(:func:`~normzoo.tasks.testing.test_in_loops`) needs so that its final test equals a re-scoring
-of the checkpoint by ``normzoo evaluate``."""
+"""The LightningModule of a task scored by Lightning's own loops (the language models, the
+classifier, a plugin's tagger): its validation and test steps log the loss (and the accuracy,
+where ``loss_terms`` counts correct predictions) unless it defines its own, and score in
+float32 whatever the run trained in, so that its final test
+(:func:`~normzoo.tasks.testing.test_in_loops`) equals a re-scoring of the checkpoint by
+``normzoo evaluate``."""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ import torch
 
 from normzoo.nn.embeddings import to_float32
 from normzoo.nn.token_loss import LossTerms
-from normzoo.tasks.base import NormzooTask
+from normzoo.tasks.base import TaskModule
 
 
-class ScoredInFloat32(NormzooTask):
-    """A task whose validation and test steps run under :meth:`scoring_precision`."""
+class ScoredModule(TaskModule):
+    """A task whose validation and test steps run under :meth:`scoring_precision`; a subclass
+    gives ``logits`` and ``loss_terms``, and its own steps only where it scores more."""
 
     # Set by the final test (normzoo.tasks.testing): score in float32 whatever the run's
     # trainer.precision, as the translation test decodes and as normzoo evaluate scores.
@@ -53,3 +57,21 @@ class ScoredInFloat32(NormzooTask):
                 yield
         finally:
             torch.set_default_dtype(default)
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        with self.scoring_precision():
+            self.log_terms(self.step_terms(batch), "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """The final test logs under ``test/``: it must not overwrite the ``val/`` metrics."""
+        with self.scoring_precision():
+            self.log_terms(self.step_terms(batch), "test")
+
+    def log_terms(self, terms: LossTerms, stage: str) -> None:
+        """``STAGE/loss`` (and ``STAGE/accuracy`` where correct predictions are counted), each
+        the mean over the units the loss averages over, summed across batches and processes."""
+        count = int(terms.tokens)
+        self.log(f"{stage}/loss", terms.mean, prog_bar=True, sync_dist=True, batch_size=count)
+        if terms.correct is not None:
+            self.log(f"{stage}/accuracy", terms.correct / max(count, 1), prog_bar=True,
+                     sync_dist=True, batch_size=count)

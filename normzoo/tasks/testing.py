@@ -1,6 +1,6 @@
 """The final test every task scored by Lightning's own loops shares (language models, the
 classifier): the best checkpoint's weights, then ``trainer.validate`` and ``trainer.test`` in
-float32 (:class:`~normzoo.tasks.scored.ScoredInFloat32`); and what each test example gave, kept
+float32 (:class:`~normzoo.tasks.scored.ScoredModule`); and what each test example gave, kept
 in the run directory (``examples.<test split>.tsv``, :mod:`normzoo.tasks.per_example`) so that
 a comparison of runs can resample the test set, not only the seeds.
 

@@ -281,8 +281,8 @@ def example_test(baseline: Sequence[np.ndarray], system: Sequence[np.ndarray], s
 
     ``baseline``, ``system``: each run's per-example statistics ``[examples, k]``, every run
     over the same examples in the same order; ``score``: summed statistics ``[..., k]`` to the
-    corpus score ``[...]`` (:func:`~normzoo.verdicts.scores.bleu_score`,
-    :func:`~normzoo.verdicts.scores.ratio_score`); ``paired``: the runs are paired seed with seed
+    corpus score ``[...]`` (:func:`~normzoo.contract.scores.bleu_score`,
+    :func:`~normzoo.contract.scores.ratio_score`); ``paired``: the runs are paired seed with seed
     (the same seeds, in the same order on both sides; the seeds' part is the paired t's), else
     the sides' runs are independent (Welch's; the sides may have different numbers of runs).
     ``samples`` draws of the examples (the same draws for every run of both sides) and of the

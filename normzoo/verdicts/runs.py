@@ -1,7 +1,7 @@
 """``normzoo compare``: two sets of finished runs (one per seed a side) judged under the rule, for
-any task: the score is the task's (:attr:`~normzoo.tasks.contract.Task.compared_score`, with its
+any task: the score is the task's (:attr:`~normzoo.contract.task.Task.compared_score`, with its
 direction and unit), the example-level test resamples the per-example outputs the task kept
-(:meth:`~normzoo.tasks.contract.Task.example_outputs`), and the verdict is
+(:meth:`~normzoo.contract.task.Task.example_outputs`), and the verdict is
 :func:`normzoo.verdicts.rule.compare`'s.
 """
 
@@ -41,8 +41,8 @@ def _read(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def read_runs(dirs: list[Path], data_dir: Path | None) -> tuple[Any, list[Run], str]:
     """The runs as the rule reads them, their task, and the test split they were scored on."""
+    from normzoo.contract import task_of
     from normzoo.run.identity import identity_key
-    from normzoo.tasks import task_of
 
     found = [(d, *_read(d)) for d in dirs]
     tasks = {str(recipe.get("task")) for _, recipe, _ in found}

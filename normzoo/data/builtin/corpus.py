@@ -124,7 +124,7 @@ def generate(split: str, size: int | None = None, seed: int = 0) -> list[tuple[s
 def sentences(split: str, size: int, seed: int = 0) -> list[tuple[str, list[Clause], str]]:
     """The sampled sentences of ``split`` behind :func:`generate`: each English text with its
     clause trees and conjunction, so that another view of the corpus (the classifier's labels,
-    ``normzoo/tasks/classification/corpus.py``) reads the same sentences' structure."""
+    ``normzoo/classification/corpus.py``) reads the same sentences' structure."""
     lang = _language()
     rng = random.Random(f"{CORPUS_NAME}/{split}/{seed}")
     found: list[tuple[str, list[Clause], str]] = []

@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 
+from normzoo.contract import task_of
 from normzoo.data.tokenizer import BOS, EOS, PAD, SPECIALS
 from normzoo.errors import NormzooError
 from normzoo.export.hf.architectures import Target, target_for
 from normzoo.export.hf.llama import llama_target, why_not_llama
 from normzoo.export.hf.plain import NotMappable, PlainModel, plain_model
-from normzoo.tasks import task_of
+from normzoo.models.family_info import family_info
 
 # Largest |logit difference| an export may have; fp32 rounding gives ~1e-5 on trained models.
 TOLERANCE = 1e-3
@@ -44,15 +45,15 @@ class HFExport:
 
 def _tokenizer(loaded: Any, family: str, max_positions: int) -> Any:
     """normzoo's tokenizer as a ``transformers`` fast tokenizer that adds the special tokens
-    normzoo's data adds: source + </s> (translation), <s> + text (causal LM), <s> text </s>
-    (masked LM)."""
+    normzoo's data adds to a text of ``family``: source + </s> (translation), <s> + text
+    (causal LM), <s> text </s> (masked LM)."""
     from tokenizers import AddedToken, Tokenizer
     from tokenizers.processors import TemplateProcessing
     from transformers import PreTrainedTokenizerFast
 
     pad, bos, eos, unk, mask = SPECIALS
-    template = {"encoder_decoder": f"$A {eos}", "decoder": f"{bos} $A",
-                "encoder": f"{bos} $A {eos}"}[family]
+    info = family_info(family)
+    template = " ".join([bos] * info.starts_with_bos + ["$A"] + [eos] * info.ends_with_eos)
     backend = Tokenizer.from_str(loaded.tokenizer.backend.to_str())
     backend.post_processor = TemplateProcessing(
         single=template, special_tokens=[(bos, BOS), (eos, EOS)])
@@ -63,7 +64,7 @@ def _tokenizer(loaded: Any, family: str, max_positions: int) -> Any:
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token=pad, bos_token=bos, eos_token=eos, unk_token=unk,
         mask_token=mask_token, model_max_length=max_positions,
-        padding_side="left" if family == "decoder" else "right")
+        padding_side="left" if info.continues_prompt else "right")
 
 
 def _generation_config(loaded: Any, family: str) -> Any:
@@ -84,10 +85,11 @@ def _generation_config(loaded: Any, family: str) -> Any:
 
     settings: dict[str, Any] = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD,
                                 "suppress_tokens": [PAD, BOS]}
-    if family == "decoder":
+    info = family_info(family)
+    if info.continues_prompt:
         default = inspect.signature(Loaded.generate).parameters["max_new_tokens"].default
         settings["max_new_tokens"] = default
-    if family == "encoder_decoder":  # the target after BOS has max_positions - 1 at most
+    if info.cross_attention:  # a translation: the target after BOS has max_positions - 1 at most
         evaluation = loaded.recipe.eval
         settings |= {"decoder_start_token_id": BOS, "num_beams": evaluation.beam,
                      "max_new_tokens": loaded.recipe.model.max_positions - 1,
@@ -142,11 +144,13 @@ def probe_batch(vocab_size: int, family: str, seed: int = 0) -> dict[str, torch.
             [torch.full((rows, 1), end)] if end is not None else [])
         return torch.cat(parts, dim=1)
 
-    if family == "encoder_decoder":
+    info = family_info(family)
+    if info.cross_attention:
         src = ids(3, 11, None, EOS)
         src[2, 7:] = PAD
         return {"src": src, "tgt": ids(3, 9, BOS, None)}
-    tokens = ids(3, 10, BOS, EOS if family == "encoder" else None)
+    tokens = ids(3, 10, BOS if info.starts_with_bos else None,
+                 EOS if info.ends_with_eos else None)
     tokens[2, 6:] = PAD
     return {"tokens": tokens}
 
@@ -157,7 +161,7 @@ def logits_difference(model: torch.nn.Module, hf_model: Any, family: str) -> flo
     batch = probe_batch(model.config.vocab_size, family)
     model.eval()
     hf_model.eval()
-    if family == "encoder_decoder":
+    if family_info(family).cross_attention:
         ours = model(batch["src"], batch["tgt"])
         theirs = hf_model(input_ids=batch["src"], attention_mask=batch["src"].ne(PAD).long(),
                           decoder_input_ids=batch["tgt"]).logits

@@ -19,9 +19,11 @@ encoder               Post-LN    ``BertForMaskedLM``         Post-LN with an emb
 encoder               Pre-LN     ``MegatronBertForMaskedLM`` Pre-LN, final LN, no embedding LN
 ====================  =========  ==========================  ===============================
 
-Every target gets normzoo's position table (sinusoidal or learned) as its own weights, so
-positions match whatever they were. Where a target does not scale its embeddings by √d, the
-factor is folded into the input embedding and the output projection is stored untied.
+Each family names its two (:class:`~normzoo.models.family_info.HFMapping`); this module
+writes each one's config and weights. Every target gets normzoo's position table (sinusoidal
+or learned) as its own weights, so positions match whatever they were. Where a target does not
+scale its embeddings by √d, the factor is folded into the input embedding and the output
+projection is stored untied.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 from normzoo.data.tokenizer import BOS, EOS, PAD
 from normzoo.export.hf.plain import NotMappable, PlainModel
 from normzoo.models.config import ModelConfig
+from normzoo.models.family_info import family_info
 
 Weights = dict[str, torch.Tensor]
 
@@ -218,20 +221,19 @@ def megatron_bert(plain: PlainModel, config: ModelConfig) -> tuple[Any, Weights]
     weights |= _linear(plain.weights, "encoder.final_norm", "bert.encoder.ln")
     return _bert_config("MegatronBertConfig", plain, config), weights
 
-TARGETS = {
-    ("encoder_decoder", "post"): Target("MarianMTModel", "AutoModelForSeq2SeqLM", marian),
-    ("encoder_decoder", "pre"): Target("BlenderbotForConditionalGeneration",
-                                       "AutoModelForSeq2SeqLM", blenderbot),
-    ("decoder", "pre"): Target("GPT2LMHeadModel", "AutoModelForCausalLM", gpt2),
-    ("decoder", "post"): Target("OpenAIGPTLMHeadModel", "AutoModelForCausalLM", openai_gpt),
-    ("encoder", "post"): Target("BertForMaskedLM", "AutoModelForMaskedLM", bert),
-    ("encoder", "pre"): Target("MegatronBertForMaskedLM", "AutoModelForMaskedLM",
-                               megatron_bert),
+# How each architecture's config and weights are written; which architecture a model goes to
+# is its family's answer (FamilyInfo.hf, normzoo/models/family_info.py), by placement.
+WRITERS: dict[str, Callable[[PlainModel, ModelConfig], tuple[Any, Weights]]] = {
+    "MarianMTModel": marian, "BlenderbotForConditionalGeneration": blenderbot,
+    "GPT2LMHeadModel": gpt2, "OpenAIGPTLMHeadModel": openai_gpt,
+    "BertForMaskedLM": bert, "MegatronBertForMaskedLM": megatron_bert,
 }
 
 def target_for(plain: PlainModel) -> Target:
     """The architecture for ``plain``; an embedding LN only BERT has is refused elsewhere."""
-    target = TARGETS[(plain.family, plain.placement)]
+    hf = family_info(plain.family).hf
+    architecture = hf.architectures[plain.placement]
+    target = Target(architecture, hf.auto_class, WRITERS[architecture])
     if plain.embedding_norm and target.build is not bert:
         raise NotMappable(f"{target.architecture} has no LN on the embeddings, which this "
                           "model has")

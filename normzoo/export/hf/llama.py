@@ -37,7 +37,6 @@ from normzoo.residual.base import PlainForm, StreamEnds
 
 ARCHITECTURE = "LlamaForCausalLM"
 QK_NORM_ARCHITECTURE = "Qwen3ForCausalLM"  # Llama with a per-head RMSNorm on q and k
-AUTO_CLASS = "AutoModelForCausalLM"
 
 
 def _rms(norm: nn.Module | None) -> RMSNorm | None:
@@ -50,11 +49,7 @@ def _pre_form(residual: nn.Module) -> PlainForm | str:
     form = residual.plain_form() if hasattr(residual, "plain_form") else "not a residual"
     if isinstance(form, str):
         return form
-    if form.placement != "pre":
-        return "a Post-LN placement"
-    if not isinstance(form.branch_scale, float) or form.branch_scale != 1.0:
-        return "its branch output is scaled"
-    return form
+    return form.pre_norm_problem() or form
 
 
 def why_not_llama(model: TransformerModel) -> str | None:
@@ -147,11 +142,11 @@ def llama_target(model: TransformerModel, scheme: str) -> tuple[PlainModel, Targ
     folded = "; ".join(sorted(notes) + ([] if embeddings.scale == 1.0 else [
         f"the embeddings' √d scale ({embeddings.scale:.4g}) multiplied into the input "
         "embedding, with the output projection stored untied"]))
-    plain = PlainModel(family="decoder", placement="pre", scheme=scheme, weights=weights,
+    config = model.config
+    plain = PlainModel(family=config.family, placement="pre", scheme=scheme, weights=weights,
                        eps=stack.ends.final_norm.eps, folded=folded)
-    if model.config.qk_norm is not None:
-        return plain, Target(QK_NORM_ARCHITECTURE, AUTO_CLASS, llama)
-    return plain, Target(ARCHITECTURE, AUTO_CLASS, llama)
+    architecture = ARCHITECTURE if config.qk_norm is None else QK_NORM_ARCHITECTURE
+    return plain, Target(architecture, config.family_info.hf.auto_class, llama)
 
 
 def llama(plain: PlainModel, config: ModelConfig) -> tuple[Any, dict[str, torch.Tensor]]:

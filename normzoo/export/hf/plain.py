@@ -46,7 +46,7 @@ Linear = dict[str, torch.Tensor]  # a weight and its bias (zeros where the model
 class PlainModel:
     """A Post-LN or Pre-LN model's weights under neutral names, and how it was folded."""
 
-    family: str
+    family: str  # model.family's value: config.family_info says what it is
     placement: Placement
     scheme: str
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -220,7 +220,6 @@ def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
     _check_layers(model)
     reader = _Reader()
     if isinstance(model, Seq2SeqModel):
-        family = "encoder_decoder"
         if model.decoder_embeddings.tokens is not model.encoder_embeddings.tokens:
             raise NotMappable("model.share_embeddings is false; the transformers "
                               "encoder-decoders normzoo maps to share one embedding")
@@ -230,10 +229,10 @@ def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
         # Learned positions are a table per stack; sinusoids are the same table twice.
         reader.put("decoder", {"positions": model.decoder_embeddings.position_table()})
     elif isinstance(model, DecoderModel):
-        family, embeddings = "decoder", model.embeddings
+        embeddings = model.embeddings
         reader.stack("decoder", model.decoder)
     elif isinstance(model, EncoderModel):
-        family, embeddings = "encoder", model.embeddings
+        embeddings = model.embeddings
         reader.stack("encoder", model.encoder)
         reader.put("head.dense", _linear(model.head_dense))
         reader.norm("head.norm", model.head_norm, "masked-LM head norm", stream=False)
@@ -243,7 +242,8 @@ def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
     else:
         raise NotMappable(f"{type(model).__name__} is not a normzoo model family")
     reader.put("embed", {"tokens": embeddings.tokens.weight})
-    reader.put(family.split("_")[0], {"positions": embeddings.position_table()})
+    family = model.config.family_info
+    reader.put(family.stacks[0], {"positions": embeddings.position_table()})
     reader.weights["embed.scale"] = torch.tensor(embeddings.scale)
     output = model.output
     reader.put("output", {"weight": output.tied.weight if output.tied is not None
@@ -251,7 +251,7 @@ def plain_model(model: TransformerModel, scheme: str) -> PlainModel:
     if len(reader.placements) != 1:
         raise NotMappable("the model mixes Post-LN and Pre-LN residuals")
     return PlainModel(
-        family=family,
+        family=family.name,
         placement=reader.placements.pop(),
         scheme=scheme,
         weights=reader.weights,

@@ -14,11 +14,11 @@ from torchmetrics import MeanMetric
 from normzoo.data.tokenizer import PAD
 from normzoo.nn.token_loss import LossTerms, token_terms
 from normzoo.recipe import Recipe
-from normzoo.tasks.scored import ScoredInFloat32
+from normzoo.tasks.scored import ScoredModule
 from normzoo.tasks.testing import KeptExamples, token_losses
 
 
-class _TokenPrediction(ScoredInFloat32):
+class _TokenPrediction(ScoredModule):
     """Cross-entropy on the positions whose label is not -100."""
 
     loss_inputs: ClassVar[dict[str, int]] = {"tokens": PAD, "labels": -100}
@@ -77,7 +77,7 @@ class _TokenPrediction(ScoredInFloat32):
         raise NotImplementedError
 
 
-class MaskedLMTask(_TokenPrediction):
+class MaskedLMModule(_TokenPrediction):
     """BERT-style masked LM; validation reports loss and accuracy on the masked positions."""
 
     def log_metrics(self, batch: dict[str, Any], stage: str) -> None:
@@ -105,7 +105,7 @@ class MaskedLMTask(_TokenPrediction):
         return sums, counts
 
 
-class CausalLMTask(_TokenPrediction):
+class CausalLMModule(_TokenPrediction):
     """GPT-style causal LM; validation reports loss and perplexity (exp of the token mean)."""
 
     def __init__(self, recipe: Recipe, vocab_size: int, tokenizer_json: str = "") -> None:

@@ -7,20 +7,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
+from normzoo.contract.task import Card, EvaluateRequest, Parts, Scores, Task
 
 if TYPE_CHECKING:
+    from normzoo.contract.outputs import ExampleOutputs
     from normzoo.data.tokenizer import Tokenizer
     from normzoo.recipe import Recipe
-    from normzoo.verdicts.outputs import ExampleOutputs
 
 
 class _LanguageModel(Task):
     """What both language models share: lines in, the loss (and a metric) out."""
 
     kind = "a language model"
-    streams = True
-    evaluate_options: ClassVar[frozenset[str]] = frozenset({"--src"})
 
     def report(self, test: dict[str, Any]) -> str:
         scores = [f"loss {test['loss']:.4f}"]
@@ -30,18 +28,9 @@ class _LanguageModel(Task):
             scores.append(f"MLM accuracy {test['mlm_acc']:.4f}")
         return f"test {', '.join(scores)} on {test['split']}"
 
-    def evaluate(self, loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any],
-                                                                       list[str]]:
-        from normzoo.data.sources import load_text, read_lines
-        from normzoo.tasks.lm.evaluate import language_model_metrics
-
-        src = request.src
-        lines = read_lines(src) if src is not None else load_text(loaded.recipe.data,
-                                                                   request.split)
-        result = {"checkpoint": request.checkpoint, "split": str(src or request.split),
-                  **language_model_metrics(loaded, lines, request.batch_tokens,
-                                           masked=self._masked)}
-        return result, ["  ".join(f"{k}={v}" for k, v in result.items())]
+    def evaluate(self, loaded: Any, request: EvaluateRequest) -> Scores:
+        """The module's test step (the default), its perplexity to 3 places."""
+        return request.by_test_step(digits={"ppl": 3})
 
     def example_outputs(self, run_dir: Path, recipe: dict[str, Any],
                         data_dir: Path | None = None) -> ExampleOutputs | None:
@@ -50,9 +39,9 @@ class _LanguageModel(Task):
         loss is what tells two runs' outputs apart."""
         import numpy as np
 
+        from normzoo.contract.outputs import ExampleOutputs
+        from normzoo.contract.scores import ratio_score
         from normzoo.tasks.per_example import count, kept_outputs, number
-        from normzoo.verdicts.outputs import ExampleOutputs
-        from normzoo.verdicts.scores import ratio_score
 
         rows = kept_outputs(self, run_dir, recipe, data_dir, ("loss_sum", "tokens"),
                             (number, count))
@@ -89,7 +78,7 @@ class MaskedLM(_LanguageModel):
 
     name = "mlm"
     family = "encoder"
-    module_path = "normzoo.tasks.lm.module:MaskedLMTask"
+    module = "normzoo.tasks.lm.module:MaskedLMModule"
     _masked = True
 
     def dropped(self, lengths: Sequence[Any], max_len: int, role: str) -> dict[str, int] | None:
@@ -121,7 +110,7 @@ class CausalLM(_LanguageModel):
 
     name = "causal_lm"
     family = "decoder"
-    module_path = "normzoo.tasks.lm.module:CausalLMTask"
+    module = "normzoo.tasks.lm.module:CausalLMModule"
 
     def encode(self, parts: Parts, tokenizer: Tokenizer) -> list[list[list[int]]]:
         from normzoo.data.tokenizer import EOS

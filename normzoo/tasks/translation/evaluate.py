@@ -6,19 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from normzoo.tasks.contract import EvaluateRequest
+from normzoo.contract.task import EvaluateRequest
 
 
 def evaluate(loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any], list[str]]:
     """BLEU and chrF of ``loaded`` on the request's split or ``--src``/``--ref`` files; the
     hypotheses are written whole to ``--hyps`` (default ``hyps.SPLIT.evaluate.txt``)."""
-    from normzoo.cli.common import check_output_file, input_warnings
     from normzoo.data.sources import DataError, load_parallel, read_lines
     from normzoo.errors import NormzooError
     from normzoo.inference.scoring import score
-    from normzoo.io.atomic import atomic_write_text
+    from normzoo.io.atomic import atomic_write_text, check_output_file
 
-    src, ref, name = request.src, request.ref, request.split
+    options = request.options
+    src, ref, name = request.src, options.get("ref"), request.split
     if (src is None) != (ref is None):
         raise NormzooError("--src and --ref go together")
     if src is not None and ref is not None:
@@ -28,20 +28,20 @@ def evaluate(loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any], lis
         name = src.stem
     else:
         sources, references = load_parallel(loaded.recipe.data, name)
-    config = loaded.eval_config(request.beam, request.lenpen)
-    with input_warnings():  # a sentence longer than the model's positions, named
-        hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
-                                      max_tokens=request.batch_tokens, bf16=request.bf16)
+    config = loaded.eval_config(options.get("beam"), options.get("lenpen"))
+    bf16 = bool(options.get("bf16"))
+    hypotheses = loaded.translate(sources, beam=config.beam, lenpen=config.lenpen,
+                                  max_tokens=request.batch_tokens, bf16=bf16)
     # Not hyps.SPLIT.txt: inside a run directory that is the training's final test, which
     # normzoo compare reads, and a re-scoring must leave the run's files as they were.
-    out = request.hyps or Path(f"hyps.{name}.evaluate.txt")
+    out = options.get("hyps") or Path(f"hyps.{name}.evaluate.txt")
     check_output_file(out, "--hyps")
     atomic_write_text(out, "\n".join(hypotheses) + "\n", "hypotheses")  # whole or not at all
     result = score(hypotheses, references)
     report = {"checkpoint": request.checkpoint, "split": name, "beam": config.beam,
-              "lenpen": config.lenpen, "precision": "bf16" if request.bf16 else "fp32",
+              "lenpen": config.lenpen, "precision": "bf16" if bf16 else "fp32",
               "hypotheses": str(out), **result.as_dict()}
-    precision = ", bf16" if request.bf16 else ""
+    precision = ", bf16" if bf16 else ""
     return report, [f"BLEU = {result.bleu:.2f}  chrF = {result.chrf:.2f}  "
                     f"({result.sentences} sentences, beam {config.beam}{precision}, "
                     f"hypotheses in {out})",

@@ -7,26 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from normzoo.checkpoints.averaging import average_state
 from normzoo.checkpoints.rolling import checkpoint_step, step_checkpoints
-from normzoo.export.writer import average_state
+from normzoo.contract.task import FinalTest
 from normzoo.inference import translate
 from normzoo.inference.scoring import score
 from normzoo.io.atomic import atomic_write_text
 from normzoo.nn.embeddings import to_float32
 from normzoo.recipe import Recipe
-from normzoo.run.history import last_validation, metrics_path
 from normzoo.tasks.testing import load_best
 
 
-def validation_scores(trainer) -> dict[str, float]:
-    """The validation metrics of the run's last validation; from its metrics file for a run
-    resumed at its end (its test was stopped), which validated nothing in this process."""
-    return {k: float(v) for k, v in trainer.callback_metrics.items()
-            if k.startswith("val/")} or last_validation(
-                metrics_path(Path(trainer.default_root_dir)))
-
-
-def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
+def test_translation(end: FinalTest) -> dict[str, Any]:
     """BLEU of the best checkpoint on the test split, decoded by rank 0 alone; with
     ``eval.average_last`` N > 1, also of the average of the run's converged checkpoints
     (:func:`converged_checkpoints`, fairseq's ``average_checkpoints`` at the end of training),
@@ -38,6 +30,7 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
     goes back to the CPU afterwards, as Lightning left it. It decodes in float32 (a
     ``bf16-true`` run's weights cast up), as ``normzoo evaluate`` does by default.
     """
+    recipe, task, data, trainer = end.recipe, end.module, end.datamodule, end.trainer
     load_best(task, trainer)
     task.to(trainer.strategy.root_device)
     to_float32(task)
@@ -45,7 +38,7 @@ def test_translation(recipe: Recipe, task, data, trainer) -> dict[str, Any]:
         summary = _test_translation(recipe, task, data, trainer)
     finally:
         task.cpu()
-    log_test_scores(trainer, summary)
+    end.log_test(logged_scores(summary))
     return summary
 
 
@@ -99,20 +92,13 @@ def converged_checkpoints(steps: list[tuple[int, Path]], best_step: int | None,
     return after[-n:], None
 
 
-def log_test_scores(trainer, summary: dict[str, Any]) -> None:
-    """Send the test scores decoded outside ``trainer.test`` (BLEU, chrF) to every logger of
-    the run, as ``test/bleu``, ``test/chrf`` (``test/greedy_bleu``, ``test/averaged/bleu``,
-    ...), at the step at which a language model's ``trainer.test`` logs its ``test/`` metrics:
-    the number of updates made. Without this they would reach ``summary.json`` only."""
-    scores = {f"test/{key}": summary[key] for key in ("bleu", "chrf", "greedy_bleu")
-              if key in summary}
-    scores |= {f"test/averaged/{key}": value
-               for key, value in summary.get("averaged", {}).items()
-               if key in ("bleu", "chrf", "greedy_bleu")}
-    for logger in trainer.loggers:
-        logger.log_metrics({k: float(v) for k, v in scores.items()}, step=trainer.global_step)
-        # Written out, as at the end of fit and test.
-        logger.finalize("success")
+def logged_scores(summary: dict[str, Any]) -> dict[str, float]:
+    """The test scores decoded outside ``trainer.test`` that the run's loggers get (BLEU,
+    chrF; ``greedy_bleu``, ``averaged/bleu``, ...), as a language model's ``test/`` metrics."""
+    keys = ("bleu", "chrf", "greedy_bleu")
+    scores = {key: float(summary[key]) for key in keys if key in summary}
+    return scores | {f"averaged/{key}": float(value)
+                     for key, value in summary.get("averaged", {}).items() if key in keys}
 
 
 def _score_test(recipe: Recipe, model, data, run_dir: Path, suffix: str) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from normzoo.inference.scoring import score
 from normzoo.inference.translate import translate_batch
 from normzoo.nn.token_loss import LossTerms, token_terms
 from normzoo.recipe import Recipe
-from normzoo.tasks.base import NormzooTask
+from normzoo.tasks.base import TaskModule
 
 
-class TranslationTask(NormzooTask):
+class TranslationModule(TaskModule):
     """Trains a :class:`~normzoo.models.Seq2SeqModel`; ``references`` come from the data module."""
 
     smooths_labels = True
@@ -25,6 +25,13 @@ class TranslationTask(NormzooTask):
         self.valid_references: list[str] = []
         self._hyps: dict[int, str] = {}
         self._tokenizer: Tokenizer | None = None
+
+    def setup(self, stage: str) -> None:
+        """The validation references its BLEU is scored against, from the run's data module
+        (where there is one: a final test hands its loaders alone)."""
+        datamodule = getattr(self._trainer, "datamodule", None)
+        if datamodule is not None and not self.valid_references:
+            self.valid_references = datamodule.references["valid"]
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
+from normzoo.contract.task import Card, EvaluateRequest, FinalTest, Parts, Scores, Task
 
 if TYPE_CHECKING:
+    from normzoo.data.split import Split
     from normzoo.data.tokenizer import Tokenizer
     from normzoo.recipe import Recipe
     from normzoo.recipe.data import DataConfig
@@ -20,18 +21,17 @@ class Translation(Task):
     name = "translation"
     family = "encoder_decoder"
     kind = "a translation model"
-    module_path = "normzoo.tasks.translation.module:TranslationTask"
+    module = "normzoo.tasks.translation.module:TranslationModule"
     parts = ("src", "tgt")
     token_parts = ("src", "tgt")
     unit = "pairs"
-    monitor = ("val/bleu", "max")
     evaluate_options: ClassVar[frozenset[str]] = frozenset(
-        {"--beam", "--lenpen", "--bf16", "--hyps", "--src", "--ref", "--force"})
+        {"src", "ref", "beam", "lenpen", "bf16", "hyps", "force"})
     compared_score = ("bleu", "max", "BLEU")
 
-    def monitored(self, recipe: Recipe) -> tuple[str, str]:
+    def monitor(self, recipe: Recipe) -> tuple[str, str]:
         """BLEU where validation decodes it (``eval.valid_bleu``), else the validation loss."""
-        return self.monitor if recipe.eval.valid_bleu else ("val/loss", "min")
+        return ("val/bleu", "max") if recipe.eval.valid_bleu else ("val/loss", "min")
 
     def decodes_in_validation(self, recipe: dict[str, Any]) -> bool:
         return bool((recipe.get("eval") or {}).get("valid_bleu", True))
@@ -41,12 +41,11 @@ class Translation(Task):
         folder = Path(data.dir or "")
         return [folder / f"{split}.{data.src_lang}", folder / f"{split}.{data.tgt_lang}"]
 
-    def read(self, recipe: Recipe, split: str, limit: int | None) -> Iterator[Parts]:
+    def read(self, split: Split) -> Iterator[Parts]:
         from normzoo.data import chunks
 
-        data = recipe.data
-        files = self.split_files(data, split) if data.source == "files" else None
-        yield from chunks.parallel_chunks(data, split, limit, files=files)
+        yield from chunks.parallel_chunks(split.recipe.data, split.name, split.limit,
+                                          files=list(split.files) or None)
 
     def kept_texts(self, role: str) -> dict[str, str]:
         # The final test scores raw references, and compares with copying the raw sources.
@@ -65,20 +64,14 @@ class Translation(Task):
                             recipe.data.max_len, drop_long=role == "train")
 
     # -- model and ending -------------------------------------------------------------------
-    def connect(self, module: Any, datamodule: Any) -> None:
-        module.valid_references = datamodule.references["valid"]
-
-    def final_test(self, recipe: Recipe, module: Any, datamodule: Any, trainer: Any,
-                   training_ended: Callable[[], None]
-                   ) -> tuple[dict[str, float], dict[str, Any]] | None:
+    def final_test(self, end: FinalTest) -> tuple[dict[str, float], dict[str, Any]] | None:
         """Decoded by rank 0 alone, after training time ends (:mod:`.final_test`)."""
-        from normzoo.tasks.translation.final_test import test_translation, validation_scores
+        from normzoo.tasks.translation.final_test import test_translation
 
-        training_ended()
-        if not trainer.is_global_zero:
+        end.training_ended()
+        if not end.trainer.is_global_zero:
             return None
-        validation = validation_scores(trainer)
-        return validation, test_translation(recipe, module, datamodule, trainer)
+        return end.last_validation(), test_translation(end)
 
     def report(self, test: dict[str, Any]) -> str:
         return (f"test BLEU {test['bleu']:.2f} on {test['split']} ({test['sentences']} "
@@ -86,8 +79,7 @@ class Translation(Task):
                 f"{test['signature']}")
 
     # -- afterwards -------------------------------------------------------------------------
-    def evaluate(self, loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any],
-                                                                       list[str]]:
+    def evaluate(self, loaded: Any, request: EvaluateRequest) -> Scores:
         from normzoo.tasks.translation.evaluate import evaluate
 
         return evaluate(loaded, request)
@@ -98,8 +90,8 @@ class Translation(Task):
         sacreBLEU's statistics (corpus BLEU from their sums); a sentence's key is its
         hypothesis where it differs from the reference (two good seeds both translating a
         sentence right is no sign of a copy), else None."""
-        from normzoo.verdicts.outputs import ExampleOutputs
-        from normzoo.verdicts.scores import bleu_score, bleu_stats
+        from normzoo.contract.outputs import ExampleOutputs
+        from normzoo.contract.scores import bleu_score, bleu_stats
 
         split = str((recipe.get("data") or {}).get("test_split") or "test")
         hyps_file = run_dir / f"hyps.{split}.txt"

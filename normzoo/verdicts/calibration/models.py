@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normzoo.verdicts.scores import bleu_score, ratio_score
+from normzoo.contract.scores import bleu_score, ratio_score
 
 ALPHA = 0.05
 TARGET = (0.03, 0.07)

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from normzoo.residual import NormFactory, ResidualScheme, Site, StackInfo, StreamEnds
+from normzoo.plugin import NormFactory, ResidualScheme, Site, StackInfo, StreamEnds
 
 from .residual import PreNormResidual
 

@@ -34,7 +34,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from normzoo.residual import (
+from normzoo.plugin import (
     NormFactory,
     PlainForm,
     Residual,

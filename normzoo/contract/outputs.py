@@ -2,7 +2,7 @@
 
 Every task keeps what each test example gave (translation: the hypotheses; a classifier: each
 example's prediction, gold label and loss; a language model: each sentence's summed loss and its
-token count). :meth:`normzoo.tasks.contract.Task.example_outputs` turns them into
+token count). :meth:`normzoo.contract.task.Task.example_outputs` turns them into
 :class:`ExampleOutputs`: per example, the *sufficient statistics* of the task's corpus score (the
 score of a set of examples is a function of the column sums of their statistics: BLEU's n-gram
 counts and lengths, accuracy's ``[correct, 1]``, the token-weighted loss's ``[loss_sum, tokens]``),

@@ -8,9 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from normzoo.data.examples import Indexed, TokenTable, pad
-from normzoo.data.sources import DataError
-from normzoo.data.tokenizer import BOS, EOS
+from normzoo.plugin import BOS, EOS, DataError, Indexed, TokenTable, pad
 
 
 class LabelledSentences(Indexed):

@@ -92,7 +92,7 @@ def with_run_dir(recipe: Recipe, recipe_path: str | Path) -> Recipe:
 
 def split_files(recipe: Recipe) -> dict[str, list[Path]]:
     """The files each split of a ``data.source: files`` corpus reads, by role."""
-    from normzoo.tasks import task_of
+    from normzoo.contract import task_of
 
     task, data = task_of(recipe), recipe.data
     data = data.model_copy(update={"dir": os.path.expanduser(data.dir or "")})

@@ -26,7 +26,7 @@ accuracy, so both metrics carry information.
 
 **Splits** are exactly the toy corpus's (``toy-en-xx``): the same sampling, seed and hash
 buckets, so the texts are the English side of
-:func:`normzoo.data.builtin.generate` (same order) and no text is shared between splits.
+the toy corpus (``normzoo.plugin.toy_sentences``) (same order) and no text is shared between splits.
 
 Pure standard library (no torch), deterministic, and fast (the 20,000-sentence train split in
 about a quarter of a second): the fast paths (``normzoo list``, recipe checks) import it.
@@ -34,16 +34,16 @@ about a quarter of a second): the fast paths (``normzoo list``, recipe checks) i
 
 from __future__ import annotations
 
-from normzoo.data.builtin import corpus as _toy
-from normzoo.data.builtin.grammar import Clause
-from normzoo.data.sources import DataError
+from typing import Any
+
+from normzoo.plugin import TOY_SPLITS, DataError, toy_sentences
 
 CORPUS_NAME = "toy-en-labels"
-SPLITS: dict[str, int] = dict(_toy.SPLITS)
+SPLITS: dict[str, int] = dict(TOY_SPLITS)
 LABELS: tuple[str, ...] = ("present-singular", "present-plural", "past-singular", "past-plural")
 
 
-def clause_label(clause: Clause) -> str:
+def clause_label(clause: Any) -> str:
     """The label of one clause tree: its tense and its subject's grammatical number."""
     tense = "past" if clause.past else "present"
     number = "plural" if clause.subject.plural else "singular"
@@ -62,5 +62,5 @@ def builtin_examples(split: str, limit: int | None = None) -> tuple[list[str], l
     if limit is not None and limit < 0:
         raise DataError(f"limit must be >= 0, got {limit}")
     size = SPLITS[split] if limit is None else min(limit, SPLITS[split])
-    found = _toy.sentences(split, size)
+    found = toy_sentences(split, size)
     return [text for text, _, _ in found], [clause_label(clauses[0]) for _, clauses, _ in found]

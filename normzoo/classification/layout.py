@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from numbers import Integral
 from typing import Any
 
-from normzoo.data.sources import DataError
+from normzoo.plugin import DataError
 
 _SHOWN = 60  # characters of a bad line shown in an error
 

@@ -10,12 +10,8 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from normzoo.data.tokenizer import PAD
-from normzoo.nn.token_loss import LossTerms, token_terms
-from normzoo.recipe import Recipe
-from normzoo.tasks.classification.metrics import ClassificationMetrics
-from normzoo.tasks.scored import ScoredInFloat32
-from normzoo.tasks.testing import KeptExamples
+from normzoo.classification.metrics import ClassificationMetrics
+from normzoo.plugin import PAD, KeptExamples, LossTerms, Recipe, ScoredModule, token_terms
 
 
 def sentence_terms(logits: torch.Tensor, labels: torch.Tensor,
@@ -26,7 +22,7 @@ def sentence_terms(logits: torch.Tensor, labels: torch.Tensor,
                        smoothing=smoothing, count_correct=True)
 
 
-class ClassificationTask(ScoredInFloat32):
+class ClassificationModule(ScoredModule):
     """Trains the encoder and its ``classifier`` head (built by the task: :mod:`.task`)."""
 
     loss_inputs: ClassVar[dict[str, int]] = {"tokens": PAD, "labels": -100}

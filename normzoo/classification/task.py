@@ -9,14 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from normzoo.tasks.contract import Card, EvaluateRequest, Parts, Task
+from normzoo.plugin import Card, ExampleOutputs, Parts, Problem, Task
 
 if TYPE_CHECKING:
-    from normzoo.data.tokenizer import Tokenizer
-    from normzoo.errors import Problem
-    from normzoo.recipe import Recipe
-    from normzoo.recipe.data import DataConfig
-    from normzoo.verdicts.outputs import ExampleOutputs
+    from normzoo.plugin import Recipe, Split, Tokenizer
 
 
 class Classification(Task):
@@ -25,12 +21,10 @@ class Classification(Task):
     name = "classification"
     family = "encoder"
     kind = "a classifier"
-    module_path = "normzoo.tasks.classification.module:ClassificationTask"
+    module = "normzoo.classification.module:ClassificationModule"
     parts = ("text", "label")
     token_parts = ("text",)
     unit = "sentences"
-    monitor = ("val/accuracy", "max")
-    evaluate_options: ClassVar[frozenset[str]] = frozenset({"--src"})
     compared_score = ("accuracy", "max", "")  # normzoo compare judges the test accuracy
     hf_unmapped = ("a classifier's head (normzoo's pooled token, dense, tanh and linear) is not "
                    "mapped to a transformers architecture; the default export (safetensors) "
@@ -42,8 +36,7 @@ class Classification(Task):
     }
 
     def option_problems(self, options: dict[str, Any]) -> list[Problem]:
-        from normzoo.errors import Problem
-        from normzoo.tasks.classification.model import POOLINGS
+        from normzoo.classification.model import POOLINGS
 
         problems = super().option_problems(options)
         merged = {**self.options, **options}
@@ -64,37 +57,32 @@ class Classification(Task):
         return problems
 
     # -- data -------------------------------------------------------------------------------
-    def split_files(self, data: DataConfig, split: str) -> list[Path]:
+    def split_files(self, data: Any, split: str) -> list[Path]:
         return [Path(data.dir or "") / f"{split}.tsv"]
 
-    def read(self, recipe: Recipe, split: str, limit: int | None) -> Iterator[Parts]:
-        from normzoo.data import chunks
-        from normzoo.data.sources import DataError, hub_split
-        from normzoo.tasks.classification import corpus, layout
+    def read(self, split: Split) -> Iterator[Parts]:
+        from normzoo.classification import corpus, layout
+        from normzoo.plugin import DataError
 
-        data = recipe.data
-        if data.source == "builtin":
-            yield corpus.builtin_examples(split, limit)
-        elif data.source == "files":
-            path, start = self.split_files(data, split)[0], 1
-            for lines in chunks.take(chunks.file_lines(path), limit):
-                yield layout.parse_lines(lines, str(path), start)
+        if split.source == "builtin":
+            yield corpus.builtin_examples(split.name, split.limit)
+        elif split.source == "files":
+            start = 1
+            for lines in split.lines():
+                yield layout.parse_lines(lines, split.where, start)
                 start += len(lines)
         else:
-            rows = hub_split(data, split)
-            if limit is not None:
-                rows = rows.select(range(min(limit, len(rows))))
-            field = self.option(recipe, "label_field")
+            data, field = split.recipe.data, self.option(split.recipe, "label_field")
             try:
-                yield layout.hub_examples(rows, data.text_field, field)
+                yield layout.hub_examples(split.hub_rows(), data.text_field, field)
             except DataError as error:  # say which settings name the columns
                 raise DataError(f"{error} (data.text_field={data.text_field}, "
                                 f"task_options.label_field={field})") from None
 
     def builtin_files(self) -> list[Path]:
-        from normzoo.tasks.classification import corpus
+        from normzoo.classification import corpus
 
-        return [*super().builtin_files(), Path(corpus.__file__)]
+        return [Path(corpus.__file__)]
 
     def data_options(self, recipe: Recipe) -> dict[str, Any]:
         """The label column changes what a hub split reads; the pooling and the label set do
@@ -106,7 +94,7 @@ class Classification(Task):
         return {"label": "label"}  # label names, turned into class indices by the label set
 
     def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
-        from normzoo.tasks.classification.data import LabelledSentences
+        from normzoo.classification.data import LabelledSentences
 
         split = getattr(recipe.data, f"{role}_split")
         return LabelledSentences(prepared.table(role, "text"), prepared.lines(role, "label"),
@@ -115,22 +103,20 @@ class Classification(Task):
 
     def labels(self, recipe: Recipe, prepared: Any) -> list[str]:
         """The label set: the recipe's, else the training split's labels, sorted."""
-        from normzoo.tasks.classification.layout import label_set
+        from normzoo.classification.layout import label_set
 
         chosen = self.option(recipe, "labels")
         if chosen is not None:
             return list(chosen)
         found = label_set(prepared.lines("train", "label"))
         if len(found) < 2:
-            from normzoo.data.sources import DataError
+            from normzoo.plugin import DataError
 
             raise DataError(f"split '{recipe.data.train_split}' has {len(found)} label "
                             f"({', '.join(map(repr, found))}): a classifier needs two or more")
         return found
 
     # -- model ------------------------------------------------------------------------------
-    resolves_from_data = True  # the label set sizes the head
-
     def resolved(self, recipe: Recipe, datamodule: Any) -> Recipe:
         """The label set recorded in the run's recipe: the head's size and class order are
         then the checkpoint's own, whatever data evaluates it later."""
@@ -141,9 +127,8 @@ class Classification(Task):
     def build_model(self, recipe: Recipe, vocab_size: int) -> Any:
         """The encoder with a ``classifier`` head (its MLM head stays, frozen and unused: so an
         MLM run's weights load by name, ``init.from`` with ``init.strict: false``)."""
-        from normzoo.errors import ConfigError, Problem
-        from normzoo.models import assemble
-        from normzoo.tasks.classification.model import ClassifierHead
+        from normzoo.classification.model import ClassifierHead
+        from normzoo.plugin import ConfigError, assemble
 
         labels = self.option(recipe, "labels")
         if labels is None:
@@ -164,17 +149,14 @@ class Classification(Task):
         return model
 
     # -- ending -----------------------------------------------------------------------------
+    def monitor(self, recipe: Recipe) -> tuple[str, str]:
+        return ("val/accuracy", "max")
+
     def report(self, test: dict[str, Any]) -> str:
         return (f"test accuracy {test['accuracy']:.4f}, macro-F1 {test['macro_f1']:.4f}, "
                 f"loss {test['loss']:.4f} on {test['split']}")
 
     # -- afterwards -------------------------------------------------------------------------
-    def evaluate(self, loaded: Any, request: EvaluateRequest) -> tuple[dict[str, Any],
-                                                                       list[str]]:
-        from normzoo.tasks.classification.evaluate import evaluate
-
-        return evaluate(self, loaded, request)
-
     def example_outputs(self, run_dir: Path, recipe: dict[str, Any],
                         data_dir: Path | None = None) -> ExampleOutputs | None:
         """Each sentence's prediction, label and loss (``examples.<test split>.tsv``), as
@@ -182,9 +164,7 @@ class Classification(Task):
         loss is what tells two runs' outputs apart (two seeds agree on most predictions)."""
         import numpy as np
 
-        from normzoo.tasks.per_example import kept_outputs, label_of, number
-        from normzoo.verdicts.outputs import ExampleOutputs
-        from normzoo.verdicts.scores import ratio_score
+        from normzoo.plugin import kept_outputs, label_of, number, ratio_score
 
         label = label_of((recipe.get("task_options") or {}).get("labels"))
         rows = kept_outputs(self, run_dir, recipe, data_dir, ("prediction", "label", "loss"),

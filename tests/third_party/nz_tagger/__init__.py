@@ -1,0 +1,1 @@
+"""Token tagging on normzoo's encoder: every word of a sentence gets one tag."""
