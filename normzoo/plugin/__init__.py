@@ -27,8 +27,9 @@ The model and its loss
 Norms and residual schemes
     :class:`ResidualScheme`, :class:`Residual`, :class:`StreamEnds`, :class:`PlainForm`,
     :class:`Site`, :class:`StackInfo`, :class:`Family`, :class:`SublayerKind`, ``NormFactory``,
-    ``Stream``, ``Sublayer``; :func:`current_padding_mask` (for a norm whose statistics span
-    tokens).
+    ``Stream``, ``Sublayer``; the initialisations the built-ins use (:func:`linear_default_`,
+    :func:`xavier_normal_scaled`, :func:`torchscale_scaled`); :func:`current_padding_mask` (for
+    a norm whose statistics span tokens).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         Sublayer,
         SublayerKind,
     )
+    from normzoo.residual.init import linear_default_, torchscale_scaled, xavier_normal_scaled
     from normzoo.tasks.base import TaskModule
     from normzoo.tasks.per_example import count, kept_outputs, label_of, number
     from normzoo.tasks.scored import ScoredModule
@@ -113,11 +115,14 @@ __all__ = [
     "current_padding_mask",
     "kept_outputs",
     "label_of",
+    "linear_default_",
     "number",
     "pad",
     "ratio_score",
     "token_terms",
+    "torchscale_scaled",
     "toy_sentences",
+    "xavier_normal_scaled",
 ]
 
 # name -> "module:attribute", imported on first use (torch, Lightning, numpy behind them).
@@ -137,6 +142,8 @@ _LATER = {
     **{name: f"normzoo.residual:{name}" for name in (
         "Family", "NormFactory", "PlainForm", "Residual", "ResidualScheme", "Site",
         "StackInfo", "Stream", "StreamEnds", "Sublayer", "SublayerKind")},
+    **{name: f"normzoo.residual.init:{name}" for name in (
+        "linear_default_", "torchscale_scaled", "xavier_normal_scaled")},
     "TaskModule": "normzoo.tasks.base:TaskModule",
     **{name: f"normzoo.tasks.per_example:{name}" for name in ("count", "kept_outputs",
                                                              "label_of", "number")},
