@@ -3,7 +3,7 @@
 Importing the package is cheap: heavy modules (torch, Lightning) load only when used.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place: pyproject.toml reads it (dynamic version)
 
 
 def __getattr__(name: str):

@@ -2,6 +2,7 @@
 
     python tests/crash.py step N   normzoo-args...  # SIGKILL as training step N is about to run
     python tests/crash.py write N  normzoo-args...  # SIGKILL half-way through the N-th checkpoint
+    python tests/crash.py link N   normzoo-args...  # SIGKILL before last.ckpt's N-th link to step-
     python tests/crash.py enospc N normzoo-args...  # the disk is full at the N-th step-*.ckpt write
     python tests/crash.py full RE  normzoo-args...  # no byte fits in a file whose path matches RE
     python tests/crash.py pause N  normzoo-args...  # at step N write ./paused, wait for ./go
@@ -79,6 +80,23 @@ def kill_inside_checkpoint_write(nth: int) -> None:
     atomic.atomic_write = half_write_then_die
 
 
+def kill_before_linking_last(nth: int) -> None:
+    """SIGKILL as the ``nth`` ``step-`` checkpoint is complete and ``last.ckpt`` is about to be
+    renamed to it (its hard link made under a temporary name)."""
+    from normzoo.checkpoints import rolling
+
+    replace, seen = os.replace, {"links": 0}
+
+    def replace_or_die(source, target, *args, **kwargs):
+        if Path(target).name == "last.ckpt":
+            seen["links"] += 1
+            if seen["links"] == nth:
+                kill_now()
+        return replace(source, target, *args, **kwargs)
+
+    rolling.os = SimpleNamespace(**{**vars(os), "replace": replace_or_die})
+
+
 def pause_at_step(step: int) -> None:
     """Stand still at ``step`` (a live run, holding its directory) until ./go appears."""
     import time
@@ -134,9 +152,18 @@ def disk_full_for(pattern: str) -> None:
 
 
 def signal_in_final_test(signum: int) -> None:
-    """Send ``signum`` to this process as the final test decodes the test split (after fit)."""
+    """Send ``signum`` to this process in the final test (after fit): as translation's decodes
+    the test split, or as ``trainer.test`` starts for a task scored in Lightning's loops
+    (after the final ``trainer.validate`` has logged its rows). SIGINT is the default Ctrl-C
+    handler's, as in a terminal's foreground program (a test runner in the background has it
+    ignored, which this process would inherit)."""
+    from lightning.pytorch.callbacks import Callback
+
+    from normzoo.run import training as train
     from normzoo.tasks.translation import final_test
 
+    if signum == signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     score = final_test._score_test
 
     def signal_then_score(*args, **kwargs):
@@ -145,11 +172,25 @@ def signal_in_final_test(signum: int) -> None:
 
     final_test._score_test = signal_then_score
 
+    class InTest(Callback):
+        def on_test_start(self, trainer, pl_module) -> None:
+            os.kill(os.getpid(), signum)
+
+    build = train.build_trainer
+
+    def build_and_arm(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        trainer.callbacks.append(InTest())
+        return trainer
+
+    train.build_trainer = build_and_arm
+
 
 if __name__ == "__main__":
     mode, at, *args = sys.argv[1:]
     modes = {"step": kill_before_step, "write": kill_inside_checkpoint_write,
-             "enospc": disk_full_at_step_checkpoint, "pause": pause_at_step}
+             "enospc": disk_full_at_step_checkpoint, "pause": pause_at_step,
+             "link": kill_before_linking_last}
     if mode == "test":
         signal_in_final_test(signal.Signals[f"SIG{at}"])
     elif mode == "full":

@@ -168,7 +168,11 @@ def test_python_m_normzoo_is_the_command():
     assert "Usage: python -m normzoo [OPTIONS] COMMAND" in result.stdout
     assert "translate" in result.stdout
     version = normzoo_process("--version", text=True)
-    assert version.stdout.strip() == f"normzoo {normzoo.__version__}"
+    from importlib.metadata import version as installed
+
+    assert version.stdout.strip() == (  # what a bug report needs, as `pip --version` says
+        f"normzoo {normzoo.__version__} (torch {installed('torch')}, lightning "
+        f"{installed('lightning')}, Python {sys.version.split()[0]})")
 
 
 @pytest.mark.parametrize("command", ["evaluate", "translate", "generate"])

@@ -15,6 +15,7 @@ from tiny import tiny, toy_text
 from typer.testing import CliRunner
 
 import normzoo
+from normzoo import __version__
 from normzoo.cli import app
 from normzoo.data import builtin
 from normzoo.data.tokenizer import BOS, EOS, PAD
@@ -241,7 +242,7 @@ def test_model_cards(tiny_checkpoint: Path, workspace: Path, tmp_path: Path):
                      "normzoo's built-in synthetic corpus, en→xx",
                      f"Steps: {summary['steps']} of {recipe.trainer.max_steps}",
                      f"sacreBLEU signature: `{summary['test']['signature']}`",
-                     f"| bleu | {summary['test']['bleu']} |", "pre (normzoo 0.1.0)",
+                     f"| bleu | {summary['test']['bleu']} |", f"pre (normzoo {__version__})",
                      'normzoo.load("THIS_DIRECTORY")', "normzoo translate THIS_DIRECTORY"]:
         assert expected in card, expected
 

@@ -9,7 +9,9 @@ never runs code from a file. What comes out is a :class:`SavedModel`, plain chec
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pickle
 import warnings
 from dataclasses import dataclass
@@ -26,6 +28,23 @@ EXPORT_FILES = ("model.safetensors", "config.json", "tokenizer.json", "metadata.
 
 class CheckpointError(NormzooError):
     """A checkpoint or export cannot be used (missing, damaged, or needs a missing plugin)."""
+
+
+class CheckpointNotFound(CheckpointError, FileNotFoundError):
+    """No checkpoint file or export folder at the path given: a :class:`CheckpointError` (the
+    CLI's exit 2 and message) that ``except FileNotFoundError`` also catches, as it catches a
+    missing file everywhere else in Python; ``filename`` is the path, ``errno`` ``ENOENT``."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(f"checkpoint not found: {path}")
+        self.errno, self.strerror = errno.ENOENT, os.strerror(errno.ENOENT)
+        self.filename = str(path)
+
+    def __str__(self) -> str:  # OSError's own would be "[Errno 2] No such file ...: 'path'"
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (a sweep's job) as the path, not the text
+        return type(self), (self.filename,)
 
 
 @dataclass
@@ -101,7 +120,7 @@ def _refused_global(error: pickle.UnpicklingError) -> str | None:
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
     if not path.exists():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise CheckpointNotFound(path)
     try:
         # torch warns about a file it then refuses (a raw pickle's protocol): the refusal below
         # says what matters, in one line, without torch's lines before it.

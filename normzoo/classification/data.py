@@ -13,18 +13,16 @@ from normzoo.plugin import BOS, EOS, DataError, Indexed, TokenTable, pad
 
 class LabelledSentences(Indexed):
     """Sentences and class indices; ``labels`` are the examples' label names, ``classes`` the
-    recipe's label set (its order is the class index)."""
+    recipe's label set (its order is the class index); ``checkpoint`` the trained classifier
+    they are scored for (``normzoo evaluate``), None while a run trains."""
 
     def __init__(self, lines: TokenTable, labels: Sequence[str], classes: Sequence[str],
-                 max_len: int, where: str = "") -> None:
+                 max_len: int, where: str = "", checkpoint: str | None = None) -> None:
         index = {name: i for i, name in enumerate(classes)}
         unknown = sorted(set(labels) - set(index))
         if unknown:
             raise DataError(f"{where}labels {', '.join(map(repr, unknown[:5]))} are not in the "
-                            f"label set ({', '.join(classes)}): add them to "
-                            "task_options.labels, or leave it unset to take the training "
-                            "split's (a resumed run keeps the set its checkpoint trained "
-                            "with)")
+                            + _advice(classes, checkpoint))
         if len(labels) != len(lines):
             raise DataError(f"{where}{len(lines)} sentences but {len(labels)} labels")
         self.lines, self.max_len = lines, max_len
@@ -53,3 +51,15 @@ class LabelledSentences(Indexed):
         targets = torch.from_numpy(self.targets[np.asarray(items, dtype=np.int64)])
         return {"tokens": pad(rows, length=getattr(items, "length", 0)), "labels": targets,
                 "ntokens": len(rows)}
+
+
+def _advice(classes: Sequence[str], checkpoint: str | None) -> str:
+    """What to do about labels outside ``classes``: a run can widen its label set; a trained
+    checkpoint's is fixed (its head has one output per label), so only other data helps."""
+    if checkpoint is not None:
+        return (f"label set {checkpoint} was trained on ({', '.join(classes)}): score only "
+                "files whose labels are among these, or train a classifier with the new labels "
+                "added to task_options.labels")
+    return (f"label set ({', '.join(classes)}): add them to task_options.labels, or leave it "
+            "unset to take the training split's (a resumed run keeps the set its checkpoint "
+            "trained with)")

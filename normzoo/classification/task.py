@@ -96,10 +96,14 @@ class Classification(Task):
     def dataset(self, prepared: Any, role: str, recipe: Recipe, tokenizer: Tokenizer) -> Any:
         from normzoo.classification.data import LabelledSentences
 
+        # What ``normzoo evaluate`` reads says where it is (a file) and which checkpoint it
+        # scores: its advice on an unknown label is then what a user of the checkpoint can do.
         split = getattr(recipe.data, f"{role}_split")
+        where = getattr(prepared, "where", "") or f"split '{split}'"
         return LabelledSentences(prepared.table(role, "text"), prepared.lines(role, "label"),
                                  self.labels(recipe, prepared), recipe.data.max_len,
-                                 where=f"split '{split}': ")
+                                 where=f"{where}: ",
+                                 checkpoint=getattr(prepared, "checkpoint", None))
 
     def labels(self, recipe: Recipe, prepared: Any) -> list[str]:
         """The label set: the recipe's, else the training split's labels, sorted."""

@@ -48,6 +48,23 @@ app = typer.Typer(
 )
 
 
+def version_line() -> str:
+    """``normzoo 0.2.0 (torch 2.13.0, lightning 2.5.0, Python 3.11.9)``: what a bug report
+    needs, as ``pip --version`` says its Python; read from the installed distributions'
+    metadata, so neither torch nor Lightning is imported."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return (f"normzoo {__version__} (torch {installed('torch')}, lightning "
+            f"{installed('lightning')}, Python {platform.python_version()})")
+
+
 @app.callback(invoke_without_command=True)
 def _root(
     context: typer.Context,
@@ -57,7 +74,7 @@ def _root(
     # --debug is not stored anywhere: the guard in normzoo.cli.common reads it from this
     # command's parsed parameters (the root context), so nothing outlives one invocation.
     if version:
-        typer.echo(f"normzoo {__version__}")
+        typer.echo(version_line())
         raise typer.Exit()
     if context.invoked_subcommand is None:  # `normzoo --debug` alone: what there is to run
         typer.echo(context.get_help())

@@ -61,6 +61,8 @@ def file_system_failures() -> Iterator[None]:
     file) as :class:`~normzoo.errors.RuntimeFailure`: exit 1 and the path, not a traceback."""
     try:
         yield
+    except NormzooError:  # a user error that is also an OSError (a checkpoint not found)
+        raise
     except OSError as error:
         from normzoo.errors import RuntimeFailure
         from normzoo.io.atomic import os_reason

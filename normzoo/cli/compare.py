@@ -11,7 +11,19 @@ from pathlib import Path
 
 import typer
 
-from normzoo.cli.common import finite, user_errors
+from normzoo.cli.common import user_errors
+
+
+def positive_margin(value: float | None) -> float | None:
+    """``--margin``: a finite number above 0, the one message for every other value (a bound
+    of ``min=0`` told nan "greater than or equal to 0" and let 0 through to a later refusal)."""
+    import math
+
+    if value is not None and not (math.isfinite(value) and value > 0):
+        what = "is not a finite number" if not math.isfinite(value) else "is not above 0"
+        raise typer.BadParameter(f"{value} {what}: use a finite number above 0 (the half-width "
+                                 "of the equivalence band, in the score's unit), e.g. 0.5")
+    return value
 
 
 @user_errors
@@ -27,7 +39,7 @@ def compare(
                                   help="Where the recipes' data files are now."),
     samples: int = typer.Option(1000, min=100, metavar="N",
                                 help="Resamples of the example-level test (at least 100)."),
-    margin: float = typer.Option(None, min=0.0, metavar="M", callback=finite,
+    margin: float = typer.Option(None, metavar="M", callback=positive_margin,
                                  help="Also test whether the two are equal within ± M (in the "
                                  "score's unit: BLEU, accuracy, nats/token): two one-sided "
                                  "tests over the seeds. Without it, nothing is called equal."),
@@ -48,8 +60,6 @@ def compare(
 
     from normzoo.verdicts.runs import compare_runs, format_comparison
 
-    if margin is not None and margin <= 0:
-        raise typer.BadParameter("must be above 0", param_hint="--margin")
     result = compare_runs(baseline, system, data_dir, samples, margin)
     typer.echo(json.dumps(result, indent=2, default=str) if as_json
                else format_comparison(result))

@@ -80,7 +80,7 @@ def diagnose(
 
     with file_system_failures():  # before measuring, which may take minutes, not after
         out.mkdir(parents=True, exist_ok=True)
-    batch = first_batch(variants[0].recipe, tokenizer)
+    batch = first_batch(variants[0].recipe, tokenizer, variants)
     results = {v.label: measure(v, tokenizer, batch) for v in variants}
     report = table(results)
     typer.echo(report)

@@ -8,6 +8,8 @@ table. An explicit ``--hyps`` file that exists is kept unless ``--force``, as ``
 a run directory: hypotheses of another model or beam would be lost without a word. The
 default ``hyps.SPLIT.evaluate.txt`` is evaluate's own output and is rewritten.
 
+What to score, the options a task refuses and ``--data-dir`` are decided by
+:func:`normzoo.inference.evaluation.evaluate`, which ``normzoo.load(...).evaluate`` shares.
 Checkpoint loading and sacreBLEU load inside the command, never at import.
 """
 
@@ -26,7 +28,6 @@ from normzoo.cli.common import (
     lenpen_option,
     user_errors,
 )
-from normzoo.io.atomic import check_output_file
 
 
 @user_errors
@@ -56,42 +57,16 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or export: BLEU and chrF (sacreBLEU) for translation, MLM accuracy or
     perplexity for language models."""
-    from normzoo.contract import EvaluateRequest, task_of, working_tasks
-    from normzoo.errors import NormzooError
+    from normzoo.inference.evaluation import check_hyps, check_what_to_score
+    from normzoo.inference.evaluation import evaluate as scored
     from normzoo.inference.load import load
-    from normzoo.tasks.evaluation import by_test_step
 
-    if split is not None and (src is not None or ref is not None):
-        given = " and ".join(o for o, v in (("--src", src), ("--ref", ref)) if v is not None)
-        raise NormzooError(f"--split {split} and {given} both say what to score: drop "
-                           f"--split to score the files, or {given} to score split {split}")
-    if hyps is not None:
-        check_output_file(hyps, "--hyps")
-        if hyps.exists() and not force:
-            raise NormzooError(f"--hyps {hyps} exists; give another file, or --force to "
-                               "overwrite it")
+    check_what_to_score(split, src, ref)  # before loading: both are refused at once
+    check_hyps(hyps, force)
     loaded = load(checkpoint, device)
-    task = task_of(loaded.recipe)
-    asked = {"beam": beam, "lenpen": lenpen, "bf16": bf16 or None, "hyps": hyps, "src": src,
-             "ref": ref, "force": force or None}
-    given = {key: value for key, value in asked.items() if value is not None}
-    refused = [f"--{key}" for key in given if key not in task.evaluate_options]
-    if refused:  # they would be ignored without a word, and the reader believe them used
-        verb = "applies" if len(refused) == 1 else "apply"
-        keys = {option.removeprefix("--") for option in refused}
-        users = [other.name for other in working_tasks()
-                 if keys <= other.evaluate_options] or ["other tasks"]
-        raise NormzooError(f"{', '.join(refused)} {verb} to {' and '.join(users)} only; "
-                           f"{checkpoint} is {task.kind} (task {loaded.recipe.task})")
-    data = loaded.recipe.data
-    if data_dir is not None:
-        data = data.model_copy(update={"dir": str(data_dir), "source": "files"})
-        loaded.recipe = loaded.recipe.model_copy(update={"data": data})
-    name = split or data.test_split
-    request = EvaluateRequest(
-        str(checkpoint), name, src, batch_tokens, given,
-        by_test_step=lambda **how: by_test_step(task, loaded, name, src, batch_tokens,
-                                                str(checkpoint), **how))
+    asked = {"beam": beam, "lenpen": lenpen, "bf16": bf16, "hyps": hyps, "src": src,
+             "ref": ref, "force": force}
     with input_warnings():  # an input longer than the model's positions, named
-        report, lines = task.evaluate(loaded, request)
+        report, lines = scored(loaded, str(checkpoint), split=split, batch_tokens=batch_tokens,
+                               data_dir=data_dir, options=asked)
     typer.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))

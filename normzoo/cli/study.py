@@ -27,7 +27,8 @@ app = typer.Typer(help="Run a study file's grid over seeds, and write its verdic
 @app.command("run")
 @user_errors
 def run(
-    study: Path = typer.Argument(..., help="Study YAML file."),
+    study: Path = typer.Argument(..., help="Study YAML file; its recipe may be a file or a "
+                                 "recipe shipped with normzoo (normzoo recipe list)."),
     out: Path = typer.Option(None, metavar="DIR", help="Where the cells train (default: the "
                              "study's `out`, else runs/study-NAME)."),
     jobs: int = jobs_option(),
@@ -43,7 +44,7 @@ def run(
     from normzoo.study.spec import load_study
     from normzoo.sweep.slurm import Slurm
 
-    found = load_study(study)
+    found = load_study(study, echo=lambda line: typer.echo(line, err=True))
     if out is not None:
         check_output_folder(out, "--out")
     slurm = Slurm(partition=slurm_partition, time_min=slurm_time, gpus=slurm_gpus,

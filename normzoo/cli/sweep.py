@@ -22,11 +22,12 @@ from normzoo.cli.common import (
     slurm_time_option,
     user_errors,
 )
+from normzoo.cli.recipe import RECIPE_HELP, chosen
 
 
 @user_errors
 def sweep(
-    recipe: Path = typer.Argument(..., help="Recipe YAML file."),
+    recipe: Path = typer.Argument(..., metavar="RECIPE", help=RECIPE_HELP),
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
                                           show_default=False),
     set_: list[str] = typer.Option(..., "--set", metavar="KEY=V1,V2,...",
@@ -52,12 +53,13 @@ def sweep(
     from normzoo.sweep.runner import sweep as run_sweep
     from normzoo.sweep.slurm import Slurm
 
-    folder = out or Path("runs") / f"sweep-{recipe.stem}"
+    path = chosen(recipe).path  # a shipped recipe's file: the cells read it
+    folder = out or Path("runs") / f"sweep-{path.stem}"
     check_output_folder(folder, "--out")
     slurm = Slurm(partition=slurm_partition, time_min=slurm_time, gpus=slurm_gpus,
                   cpus=slurm_cpus)
     with file_system_failures():
-        rows = run_sweep(recipe, set_, overrides or [], folder, steps, diagnose, jobs=jobs,
+        rows = run_sweep(path, set_, overrides or [], folder, steps, diagnose, jobs=jobs,
                          launcher=launcher.value, slurm=slurm)
     typer.echo((folder / "results.md").read_text(encoding="utf-8"))
     diverged = sum(r["status"] == "diverged" for r in rows)

@@ -14,11 +14,12 @@ import typer
 
 from normzoo.cli.common import OVERRIDES_HELP, file_system_failures, user_errors
 from normzoo.cli.ending import work_done
+from normzoo.cli.recipe import RECIPE_HELP, chosen
 
 
 @user_errors
 def train(
-    recipe: Path = typer.Argument(..., metavar="RECIPE", help="Recipe YAML file."),
+    recipe: Path = typer.Argument(..., metavar="RECIPE", help=RECIPE_HELP),
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help=OVERRIDES_HELP,
                                           show_default=False),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing run directory."),
@@ -34,11 +35,14 @@ def train(
     from normzoo import recipe as recipes
     from normzoo.run.training import TrainingRun
 
+    # A shipped recipe is read from normzoo's folder but named as given: the run directory
+    # (runs/NAME), the summary and a resume command name it as the user did.
+    path = chosen(recipe).path
     # The run records how it ended, and what a stop leaves (normzoo.run.endings): a stop is
     # raised with its note for the guard's line (normzoo.cli.ending), and one that came once
     # the summary said completed is answered here, the exit code unchanged.
     with file_system_failures():
-        training = TrainingRun(recipes.load(recipe, overrides or []), recipe, force=force,
+        training = TrainingRun(recipes.load(path, overrides or []), recipe, force=force,
                                resume=resume, overrides=overrides or [])
         summary = training.run(note_late_stops=True)
     if summary is None and not training.late_signal:  # another process of a multi-process

@@ -49,12 +49,21 @@ def recipe_variants(data: dict, vary: list[str], name: str,
             for cell in cells(grid)]
 
 
-def first_batch(recipe: Recipe, tokenizer) -> dict:
-    """The first training batch of the recipe's seeded epoch 0."""
+def first_batch(recipe: Recipe, tokenizer, variants: list[Variant] | None = None) -> dict:
+    """The first training batch of the recipe's seeded epoch 0. Each of ``variants`` measured
+    at initialisation gets what only the data can say filled in (a classifier's label set,
+    :meth:`~normzoo.contract.Task.resolved`), from these data, as a run records it: without
+    it ``normzoo diagnose recipes/classify.yaml`` could build no model. A checkpoint's recipe
+    holds its run's already."""
+    from normzoo.contract import task_of
     from normzoo.tasks.datamodule import TextDataModule
 
     data = TextDataModule(recipe, tokenizer)
     data.prepare_data()
+    for variant in variants or []:
+        task = task_of(variant.recipe)
+        if variant.state_dict is None and task.resolves_from_data:
+            variant.recipe = task.resolved(variant.recipe, data)
     if recipe.data.streaming:
         return next(iter(data.train_dataloader()))
     dataset = data.dataset("train")
@@ -129,7 +138,7 @@ def diagnose_run(run_dir: Path) -> list[dict]:
         recipe = recipes.load(run_dir / "recipe.yaml")
         tokenizer = recipe_tokenizer(recipe)
         variants, note = [Variant("init", recipe)], f"\nnot measured at the end: {error}\n"
-    batch = first_batch(recipe, tokenizer)
+    batch = first_batch(recipe, tokenizer, variants)
     results = {v.label: measure(v, tokenizer, batch) for v in variants}
     rows = csv_rows(results)
     out = io.StringIO(newline="")

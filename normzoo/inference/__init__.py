@@ -1,4 +1,4 @@
-"""Using a trained model: decoding, whole-split translation, and scoring.
+"""Using a trained model: decoding, whole-split translation, classification, and scoring.
 
 * :mod:`~normzoo.inference.load` — ``normzoo.load``: the one way down from a checkpoint or an
   export folder to a model, through :mod:`normzoo.checkpoints`' reading, plugins and rebuild.
@@ -10,4 +10,7 @@
 * :mod:`~normzoo.inference.sampling` — sampling from language models, with the KV cache.
 * :mod:`~normzoo.inference.translate` — a whole split translated in token-budget batches.
 * :mod:`~normzoo.inference.scoring` — BLEU and chrF with sacreBLEU; the paired bootstrap.
+* :mod:`~normzoo.inference.classify` — sentences labelled by a model's ``classifier`` head.
+* :mod:`~normzoo.inference.evaluation` — ``normzoo evaluate`` and ``Loaded.evaluate``: what to
+  score, and its default, the task's own test step on a split or a file.
 """

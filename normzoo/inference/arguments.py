@@ -33,6 +33,11 @@ class ArgumentTypeError(NormzooError, TypeError):
     """An argument of a type the API does not accept."""
 
 
+class WrongModelError(NormzooError, ValueError):
+    """A method the loaded model's task does not have (``translate`` on a language model,
+    ``classify`` on a translation model): the message names the methods it has."""
+
+
 def _got(value: Any) -> str:
     """The value as the caller wrote it; its type too where that is the mistake."""
     if value is None or isinstance(value, numbers.Number):
@@ -110,3 +115,28 @@ def path(name: str, value: Any) -> Path:
         raise ArgumentValueError(f"{name} must name a checkpoint file or an export folder, "
                                  "got ''")
     return Path(value)
+
+
+def file(name: str, value: Any, *, optional: bool = True) -> Path | None:
+    """A file's (or folder's) path: a str or an ``os.PathLike``, not empty; None where
+    ``optional``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bytes) or not isinstance(value, str | os.PathLike):
+        raise ArgumentTypeError(f"{name} must be a str or os.PathLike"
+                                + (" or None" if optional else "") + f", got {_got(value)}")
+    if not os.fspath(value):
+        raise ArgumentValueError(f"{name} must name a file, got ''")
+    return Path(value)
+
+
+def text(name: str, value: Any, *, optional: bool = True) -> str | None:
+    """A name (a split's): a non-empty str, or None where ``optional``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a str" + (" or None" if optional else "")
+                                + f", got {_got(value)}")
+    if not value.strip():
+        raise ArgumentValueError(f"{name} must not be empty, got {value!r}")
+    return value

@@ -12,14 +12,15 @@ from typing import Any
 
 import torch
 
-from normzoo.errors import NormzooError
 from normzoo.inference.arguments import ArgumentTypeError, ArgumentValueError
 
 
 def inference_device(device: str | torch.device = "cpu") -> torch.device:
     """``cpu``, ``cuda``, ``cuda:1``, ``mps`` or ``auto`` (the first CUDA GPU, else Apple's
-    GPU, else the CPU) as a device this machine has; anything else is a user error (a
-    ValueError or TypeError for a name or type that is no device at all)."""
+    GPU, else the CPU) as a device this machine has; anything else is a user error: a
+    TypeError for a type that is no device, a ValueError for a name that is none or a device
+    this machine lacks (``cuda`` without a GPU), both :class:`~normzoo.errors.NormzooError`
+    (exit 2 at the command line)."""
     if not isinstance(device, str | torch.device):
         raise ArgumentTypeError("device must be a str (cpu, cuda, cuda:N, mps or auto) or a "
                                 f"torch.device, got {type(device).__name__} {device!r}")
@@ -40,13 +41,13 @@ def inference_device(device: str | torch.device = "cpu") -> torch.device:
     if chosen.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise NormzooError(f"device '{device}': this machine has no CUDA GPU "
-                               "(use cpu or auto)")
+            raise ArgumentValueError(f"device '{device}': this machine has no CUDA GPU "
+                                     "(use cpu or auto)")
         if chosen.index is not None and chosen.index >= count:
-            raise NormzooError(f"device '{device}': this machine has {count} CUDA GPU(s), "
-                               f"cuda:0 to cuda:{count - 1}")
+            raise ArgumentValueError(f"device '{device}': this machine has {count} CUDA "
+                                     f"GPU(s), cuda:0 to cuda:{count - 1}")
     if chosen.type == "mps" and not torch.backends.mps.is_available():
-        raise NormzooError(f"device '{device}': Apple's GPU (MPS) is not available here")
+        raise ArgumentValueError(f"device '{device}': Apple's GPU (MPS) is not available here")
     return chosen
 
 

@@ -1,24 +1,27 @@
 """A trained model ready for inference: what ``normzoo.load`` hands back.
 
 :class:`Loaded` holds the model, its tokenizer and the recipe that trained it, and translates,
-samples or streams with them through :mod:`~normzoo.inference.translate` and
-:mod:`~normzoo.inference.sampling`. It knows nothing of files: the checkpoint loader
-(:mod:`normzoo.inference.load`) builds it.
+samples, streams or classifies with them through :mod:`~normzoo.inference.translate`,
+:mod:`~normzoo.inference.sampling` and :mod:`~normzoo.inference.classify`, or scores them as
+``normzoo evaluate`` does (:func:`normzoo.inference.evaluation.evaluate`). Which methods a
+model has follows from what it is (:attr:`Loaded.methods`), never from its task's name. It
+knows nothing of files: the checkpoint loader (:mod:`normzoo.inference.load`) builds it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from normzoo.data.examples import ParallelData
 from normzoo.data.tokenizer import BOS, EOS, Tokenizer
-from normzoo.errors import NormzooError
 from normzoo.inference import arguments
-from normzoo.inference.arguments import ArgumentTypeError
+from normzoo.inference.arguments import ArgumentTypeError, WrongModelError
+from normzoo.inference.classify import classifier_head, classify_rows, sentence_rows
 from normzoo.inference.sampling import fit_prompt, ragged_sample_steps
 from normzoo.inference.translate import translate_dataset, warn_cut
 from normzoo.models.families import DecoderModel, Seq2SeqModel, TransformerModel
@@ -63,9 +66,7 @@ class Loaded:
         max_tokens = arguments.integer("max_tokens", max_tokens, minimum=1)
         bf16 = arguments.flag("bf16", bf16)
         first_line = arguments.integer("first_line", first_line, minimum=1)
-        if not isinstance(self.model, Seq2SeqModel):
-            raise NormzooError(f"{self.source} is not a translation model (its task is "
-                                f"{self.recipe.task})")
+        self._has("translate")
         # A blank line is an empty one: no tokens, so no made-up translation.
         ids = self.tokenizer.encode_batch([s if s.strip() else "" for s in sentences])
         limit = self.model.config.max_positions
@@ -94,7 +95,7 @@ class Loaded:
         seed = arguments.seed("seed", seed, len(prompts))
         batch_size = arguments.integer("batch_size", batch_size, minimum=1)
         first_line = arguments.integer("first_line", first_line, minimum=1)
-        self._causal_lm()
+        self._has("generate")
         encoded = {}
         for i, prompt in enumerate(prompts):  # a loop: the warning's stack level is counted
             encoded[i] = self._prompt_ids(prompt, first_line + i)
@@ -126,7 +127,7 @@ class Loaded:
             raise ArgumentTypeError("generator must be a torch.Generator (Loaded.generator) "
                                     f"or None, got {type(generator).__name__}")
         line = arguments.integer("line", line, minimum=1)
-        self._causal_lm()
+        self._has("stream")
         return self._pieces(prompt, settings, generator, line)
 
     def _pieces(self, prompt: str, settings: dict[str, Any], generator: torch.Generator | None,
@@ -149,10 +150,71 @@ class Loaded:
                 yield text[len(shown):]
                 shown = text
 
-    def _causal_lm(self) -> None:
-        if not isinstance(self.model, DecoderModel):
-            raise NormzooError(f"{self.source} is not a causal LM (its task is "
-                                f"{self.recipe.task})")
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods this model has, by what it is: ``translate`` for an encoder-decoder,
+        ``generate`` and ``stream`` for a causal LM, ``classify`` for a model with a
+        ``classifier`` head and a label set (``task_options.labels``); ``evaluate`` for every
+        model."""
+        found = ["translate"] if isinstance(self.model, Seq2SeqModel) else []
+        found += ["generate", "stream"] if isinstance(self.model, DecoderModel) else []
+        labels = self.recipe.task_options.get("labels")
+        if classifier_head(self.model) is not None and isinstance(labels, list):
+            found.append("classify")
+        return (*found, "evaluate")
+
+    def _has(self, method: str) -> None:
+        """Refuse ``method`` where this model lacks it, naming those it has: a ValueError (and
+        a user error: exit 2 at the command line)."""
+        if method not in self.methods:
+            from normzoo.contract import task_of
+
+            needs = {"translate": "a translation model", "classify": "a classifier"}.get(
+                method, "a causal LM")
+            raise WrongModelError(f"{method}: {self.source} is not {needs} but "
+                                  f"{task_of(self.recipe).kind} (task {self.recipe.task}); "
+                                  f"its methods: {', '.join(self.methods)}")
+
+    def classify(self, texts: list[str], *, max_tokens: int = 4096,
+                 first_line: int = 1) -> list[str]:
+        """The label (a name of ``recipe.task_options["labels"]``) a classifier picks for
+        each of ``texts``, in order, in batches of about ``max_tokens`` tokens. Each text is
+        read as training read its sentences (``[BOS, *ids, EOS]``, cut to ``data.max_len``,
+        a cut one with an :class:`~normzoo.inference.translate.InputCut` warning naming its
+        line, ``first_line`` for the first text) and scored by the model's ``classifier``
+        head as its test step scores it. A model without that head is refused (ValueError),
+        naming the methods it has."""
+        texts = _texts(texts, "classify")
+        max_tokens = arguments.integer("max_tokens", max_tokens, minimum=1)
+        first_line = arguments.integer("first_line", first_line, minimum=1)
+        self._has("classify")
+        labels = list(self.recipe.task_options["labels"])
+        rows = sentence_rows(self.tokenizer, texts, self.recipe.data.max_len, first_line)
+        return [labels[i] for i in classify_rows(self.model, rows, max_tokens)]
+
+    def evaluate(self, split: str | None = None, src: str | Path | None = None, *,
+                 batch_tokens: int = 4096, data_dir: str | Path | None = None,
+                 **options: Any) -> dict[str, Any]:
+        """The scores ``normzoo evaluate`` prints with ``--json``, as a dict: on ``split`` of
+        the recipe's data (None: its ``data.test_split``; ``data_dir``: read from the files
+        there, as ``--data-dir``) or on the file ``src`` in the split's format. ``options``
+        are the command's own, by the task: a translation model's ``ref`` (with ``src``),
+        ``beam``, ``lenpen``, ``bf16``, ``hyps`` (where its hypotheses go; default
+        ``hyps.SPLIT.evaluate.txt`` in the current folder, as the command writes them) and
+        ``force``; an option the model's task does not read is refused (ValueError), as the
+        command refuses it; so is ``split`` beside ``src`` or ``ref``."""
+        from normzoo.inference.evaluation import evaluate
+
+        given: dict[str, Any] = {"src": arguments.file("src", src), **options}
+        for name, check in EVALUATE_OPTIONS.items():
+            if given.get(name) is not None:  # None: not given, as a flag left off
+                given[name] = check(name, given[name])
+        data_dir = arguments.file("data_dir", data_dir)
+        report, _ = evaluate(self, self.source, split=arguments.text("split", split),
+                             batch_tokens=arguments.integer("batch_tokens", batch_tokens,
+                                                            minimum=1),
+                             data_dir=data_dir, options=given, flag=str)
+        return report
 
     def _prompt_ids(self, prompt: str, line: int) -> list[int] | None:
         """BOS and ``prompt``'s tokens, cut to fit the model (with a warning naming ``line``);
@@ -177,6 +239,15 @@ class Loaded:
         if lenpen is not None:
             update["lenpen"] = arguments.number("lenpen", lenpen, minimum=0)
         return self.recipe.eval.model_copy(update=update)
+
+
+# The evaluate command's own options, each checked as the API checks an argument.
+EVALUATE_OPTIONS = {
+    "ref": arguments.file, "hyps": arguments.file, "bf16": arguments.flag,
+    "force": arguments.flag,
+    "beam": lambda name, value: arguments.integer(name, value, minimum=1, optional=True),
+    "lenpen": lambda name, value: arguments.number(name, value, minimum=0, optional=True),
+}
 
 
 def _texts(texts: Any, method: str) -> list[str]:

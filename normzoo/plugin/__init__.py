@@ -65,8 +65,10 @@ if TYPE_CHECKING:
         StreamEnds,
         Sublayer,
         SublayerKind,
+        linear_default_,
+        torchscale_scaled,
+        xavier_normal_scaled,
     )
-    from normzoo.residual.init import linear_default_, torchscale_scaled, xavier_normal_scaled
     from normzoo.tasks.base import TaskModule
     from normzoo.tasks.per_example import count, kept_outputs, label_of, number
     from normzoo.tasks.scored import ScoredModule
@@ -142,7 +144,7 @@ _LATER = {
     **{name: f"normzoo.residual:{name}" for name in (
         "Family", "NormFactory", "PlainForm", "Residual", "ResidualScheme", "Site",
         "StackInfo", "Stream", "StreamEnds", "Sublayer", "SublayerKind")},
-    **{name: f"normzoo.residual.init:{name}" for name in (
+    **{name: f"normzoo.residual:{name}" for name in (
         "linear_default_", "torchscale_scaled", "xavier_normal_scaled")},
     "TaskModule": "normzoo.tasks.base:TaskModule",
     **{name: f"normzoo.tasks.per_example:{name}" for name in ("count", "kept_outputs",

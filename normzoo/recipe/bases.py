@@ -5,11 +5,13 @@ copies drift apart. With ``base`` the recipe states only what differs, and the r
 the base, which may itself have a base.
 
 How a recipe file is read (:func:`read_recipe`): each base path is relative to the folder of
-the file that names it (``~`` expanded); bases are read first, in the order listed, each
-merged under the next, and the recipe's own keys are merged on top (:func:`merge`). The
-command-line overrides then apply to the result, and the recipe is validated once. The
-``base`` key itself is gone after reading, so a run's stored ``recipe.yaml`` and its
-checkpoints hold the whole recipe and reproduce the run without the base files.
+the file that names it (``~`` expanded), or, where no such file is, a recipe shipped with
+normzoo (``base: quickstart``: :mod:`~normzoo.recipe.shipped`); bases are read first, in the
+order listed, each merged under the next, and the recipe's own keys are merged on top
+(:func:`merge`). The command-line overrides then apply to the result, and the recipe is
+validated once. The ``base`` key itself is gone after reading, so a run's stored
+``recipe.yaml`` and its checkpoints hold the whole recipe and reproduce the run without the
+base files.
 
 The merging is this module's ~20 lines rather than a library's (``deepmerge``, OmegaConf):
 the only rule beyond "mappings merge key by key, lists and scalars replace" is the one the
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from normzoo.errors import ConfigError, Problem
+from normzoo.recipe import shipped
 from normzoo.recipe.overrides import NAMED_SECTIONS
 from normzoo.recipe.reading import read_yaml
 
@@ -78,7 +81,7 @@ def _read(path: Path, chain: tuple[Path, ...], shown: tuple[str, ...],
         return data
     merged: dict[str, Any] = {}
     for name in _base_names(data, path):
-        file = Path(os.path.normpath(path.parent / os.path.expanduser(name)))
+        file = shipped.beside(path.parent, name)
         identity = _identity(file)
         seen = [i for i, link in enumerate(chain) if link == identity]
         if seen:
@@ -87,7 +90,8 @@ def _read(path: Path, chain: tuple[Path, ...], shown: tuple[str, ...],
                                        f"cycle: {cycle}")], _TITLE)
         if not file.is_file():
             raise ConfigError([Problem(BASE_KEY, f"{path} builds on {name}, but there is no "
-                                       f"recipe file {file}")], _TITLE)
+                                       f"recipe file {file}, nor a recipe shipped with normzoo "
+                                       f"of that name{shipped.close_names(name)}")], _TITLE)
         files.append(file)
         merged = merge(merged, _read(file, (*chain, identity), (*shown, str(file)), files))
     return merge(merged, {key: value for key, value in data.items() if key != BASE_KEY})
@@ -95,13 +99,14 @@ def _read(path: Path, chain: tuple[Path, ...], shown: tuple[str, ...],
 
 def read_recipe_with_bases(path: str | Path) -> tuple[dict[str, Any], list[Path]]:
     """:func:`read_recipe`, and the base files it read, in the order they were read."""
-    path, files = Path(path), []
+    path, files = shipped.resolve(path).path, []
     data = _read(path, (_identity(path),), (str(path),), files)
     return data, files
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
-    """The recipe file at ``path`` as plain data, its bases merged in (module docstring);
-    :class:`ConfigError` (exit 2) for a missing or unreadable file, a base that is not there,
-    or bases that build on each other in a cycle."""
+    """The recipe file at ``path`` (or the shipped recipe it names, where no such file is:
+    :func:`~normzoo.recipe.shipped.resolve`) as plain data, its bases merged in (module
+    docstring); :class:`ConfigError` (exit 2) for a missing or unreadable file, a base that is
+    not there, or bases that build on each other in a cycle."""
     return read_recipe_with_bases(path)[0]

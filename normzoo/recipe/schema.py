@@ -213,14 +213,19 @@ class Recipe(_Section):
     eval: EvalConfig = EvalConfig()
     diagnostics: DiagnosticsConfig = DiagnosticsConfig()
 
-    @field_validator("task")
+    @field_validator("task", mode="before")
     @classmethod
-    def _registered_task(cls, task: str) -> str:
-        """One of the registered tasks (read from package metadata: nothing is imported)."""
+    def _registered_task(cls, task: Any) -> str:
+        """One of the registered tasks (read from package metadata: nothing is imported); an
+        empty or non-text value is told the names too, not pydantic's "a valid string"."""
         from normzoo import registry
         from normzoo.registry.options import close_match
 
         names = registry.tasks.names()
+        if not isinstance(task, str) or not task.strip():
+            given = repr(task) if task else "an empty value"
+            raise ValueError(f"{given} is no task; name one of the registered tasks: "
+                             f"{', '.join(names)}")
         if task not in names:
             raise ValueError(f"unknown task '{task}'{close_match(task, names)}; registered: "
                              f"{', '.join(names)}")

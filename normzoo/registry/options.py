@@ -62,6 +62,8 @@ def pydantic_problems(
             message = "unknown key" + (close_match(loc[-1], _fields_at(model, loc)) if loc else "")
         elif item["type"] == "missing":
             message = "required, but missing"
+        elif item["type"] in ("value_error", "assertion_error"):  # a normzoo validator's words
+            message = message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
         problems.append(Problem(path, message))
     return problems
 

@@ -2,7 +2,8 @@
 
 What a plugin builds on is exported here: the contract (``ResidualScheme``, ``Residual``,
 ``StreamEnds``, ``PlainForm``) and the types its hooks take (``StackInfo``, ``Site``,
-``SublayerKind``, ``Family``, ``NormFactory``, ``Stream``, ``Sublayer``).
+``SublayerKind``, ``Family``, ``NormFactory``, ``Stream``, ``Sublayer``), and the
+initialisations the built-ins use (:mod:`.init`). Plugins import them from ``normzoo.plugin``.
 """
 
 from normzoo.residual.base import (
@@ -18,6 +19,7 @@ from normzoo.residual.base import (
     Sublayer,
     SublayerKind,
 )
+from normzoo.residual.init import linear_default_, torchscale_scaled, xavier_normal_scaled
 
 __all__ = [
     "Family",
@@ -31,4 +33,7 @@ __all__ = [
     "StreamEnds",
     "Sublayer",
     "SublayerKind",
+    "linear_default_",
+    "torchscale_scaled",
+    "xavier_normal_scaled",
 ]

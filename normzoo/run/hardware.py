@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from normzoo import __version__
+from normzoo.run.workers import usable_cores
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -37,14 +38,6 @@ def cpu_name() -> str:
     if "cpu family" in info and "model" in info:
         name += f" (family {info['cpu family']}, model {info['model']})"
     return name
-
-
-def usable_cores() -> int:
-    """The cores this process may use: its CPU affinity (a container's or a batch job's share),
-    not the machine's count, which ``os.cpu_count()`` gives."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 # Dense bf16 tensor-core peaks (NVIDIA's datasheets, whose headline figures count 2:4 sparsity

@@ -144,3 +144,25 @@ def log_test_scores(trainer: Any, scores: dict[str, Any]) -> None:
     for logger in trainer.loggers:
         logger.log_metrics(logged, step=trainer.global_step)
         logger.finalize("success")  # written out, as at the end of fit and test
+
+
+def end_restored_fit(trainer: Any) -> None:
+    """Leave Lightning's loop counters where an uninterrupted ``fit`` leaves them, after a
+    ``fit`` that restored a checkpoint at the run's end and so trained nothing (its final test
+    had been stopped, or a stop signal came at the last step).
+
+    Checkpoints are saved inside a step (at its validation's end), before Lightning counts the
+    step for its loggers (``_batches_that_stepped``) and before the fit loop ends the epoch in
+    flight. A resumed run does both as it finishes that step (the epoch loop's restart), but
+    one restored at ``max_steps`` runs no loop at all, so the final ``trainer.validate`` and
+    ``trainer.test`` (:func:`~normzoo.tasks.testing.test_in_loops`) logged their rows one step
+    and one epoch early (a classifier's at epoch 4, step 59 instead of 5, 60). In automatic
+    optimization a finished step has stepped one batch, so the count is the run's step."""
+    loop = trainer.fit_loop
+    if getattr(trainer.lightning_module, "automatic_optimization", True):
+        loop.epoch_loop._batches_that_stepped = max(loop.epoch_loop._batches_that_stepped,
+                                                    trainer.global_step)
+    epochs = loop.epoch_progress
+    if epochs.current.ready > epochs.current.completed:  # ended, as fit's end ends it
+        epochs.increment_processed()
+        epochs.increment_completed()

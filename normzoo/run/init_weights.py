@@ -58,6 +58,7 @@ class InitWeights:
     missing: list[str] = field(default_factory=list)  # the model's, not in the file
     unexpected: list[str] = field(default_factory=list)  # the file's, not in the model
     reshaped: list[str] = field(default_factory=list)  # "name (file [..], model [..])"
+    renamed: list[str] = field(default_factory=list)  # "file's prefix as model's prefix"
     loaded: int = 0
 
     def differences(self) -> list[str]:
@@ -77,11 +78,17 @@ class InitWeights:
     def fit(self, expected: dict[str, torch.Size], tied: list[list[str]]) -> None:
         """Compare with the model's weight shapes; refuse a misfit when strict, or when
         nothing fits at all. ``tied``: names of one shared tensor (tied embeddings), of which
-        an export keeps one."""
+        an export keeps one; where the file holds several of them, the first (the model's own
+        embedding, which owns the tensor) is what the model gets.
+
+        An encoder-decoder's embeddings and an encoder's (or a decoder's) differ in name only
+        (:func:`_embedding_renames`): the run trains on this checkpoint's tokenizer, so their
+        rows are the same tokens, and they load where their shapes agree."""
+        self.renamed = _embedding_renames(self.state, expected) or self.renamed  # once
         for names in tied:
             present = [name for name in names if name in self.state]
             for name in names:
-                if present and name not in self.state:
+                if present:
                     self.state[name] = self.state[present[0]]
         self.missing = [name for name in expected if name not in self.state]
         self.unexpected = [name for name in self.state if name not in expected]
@@ -121,6 +128,9 @@ class InitWeights:
         step = f" (trained {self.step} steps)" if self.step is not None else ""
         text = (f"init: loaded {self.loaded} weights from {self.source}{step}; this run starts "
                 "at step 0 with a fresh optimizer and schedule, on its tokenizer")
+        if self.renamed:
+            text += ("; among them its " + ", ".join(self.renamed) + " (the same tokenizer, "
+                     "the same shapes)")
         skipped = self.differences()
         if skipped:
             text += "\ninit: not loaded (init.strict=false): " + "; ".join(skipped) + \
@@ -129,9 +139,51 @@ class InitWeights:
 
     def record(self) -> dict[str, Any]:
         """For ``summary.json``."""
-        return {"from": self.source, "step": self.step, "strict": self.strict,
-                "loaded": self.loaded, "missing": self.missing,
-                "unexpected": self.unexpected, "reshaped": self.reshaped}
+        record = {"from": self.source, "step": self.step, "strict": self.strict,
+                  "loaded": self.loaded, "missing": self.missing,
+                  "unexpected": self.unexpected, "reshaped": self.reshaped}
+        return record | ({"renamed": self.renamed} if self.renamed else {})
+
+
+# The token and position tables of one stack: an encoder-decoder's per stack, an encoder's or a
+# decoder's (normzoo.models.families) under one name.
+SINGLE, STACKS = "embeddings.", ("encoder", "decoder")
+
+
+def _embedding_renames(state: dict[str, torch.Tensor], expected: dict[str, torch.Size]
+                       ) -> list[str]:
+    """Give ``state`` (in place) the model's names for the embeddings of the stack it shares
+    with the model: an encoder-decoder checkpoint's ``encoder_embeddings.*`` for an encoder's
+    ``embeddings.*`` (a classifier from a translation model), its ``decoder_embeddings.*`` for
+    a decoder's; and an encoder's or decoder's ``embeddings.*`` for the matching stack of an
+    encoder-decoder. Only names the model has and the file lacks, of the same shape; the file's
+    own names go (they were listed as weights "not in the model", as if not loaded). Each
+    rename in words, for the announcement."""
+    def stack_of(names) -> str | None:
+        found = [s for s in STACKS if any(n.startswith(f"{s}.") for n in names)]
+        return found[0] if len(found) == 1 else None
+
+    def two_tables(names) -> bool:
+        return any(n.startswith(f"{s}_{SINGLE}") for n in names for s in STACKS)
+
+    if two_tables(state) and not two_tables(expected):
+        stack = stack_of(expected)
+        theirs, ours = f"{stack}_{SINGLE}", SINGLE
+    elif two_tables(expected) and not two_tables(state):
+        stack = stack_of(state)
+        theirs, ours = SINGLE, f"{stack}_{SINGLE}"
+    else:
+        return []
+    if stack is None:
+        return []
+    moved = False
+    for name in [n for n in state if n.startswith(theirs)]:
+        target = ours + name.removeprefix(theirs)
+        if target in expected and target not in state and \
+                state[name].shape == expected[target]:
+            state[target] = state.pop(name)
+            moved = True
+    return [f"{stack}'s embeddings, {theirs}* loaded as {ours}*"] if moved else []
 
 
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], str, int | None]:

@@ -135,12 +135,14 @@ def input_problems(recipe: Recipe, resuming: bool = False) -> list[Problem]:
             for role, paths in split_files(recipe).items():
                 for path in paths:
                     blank = _blank(path) if path.is_file() else None
+                    bad = _first_bad_byte(path) if path.is_file() and blank is None else None
                     state = ("not found: " if not path.is_file() else
                              "is empty: " if blank is not None else
-                             "is not UTF-8 text: " if not _utf8_start(path) else None)
+                             f"{NOT_UTF8}: " if bad is not None else None)
                     if state:
                         problems.append(Problem("data.dir", f"data file {state}{path}{blank or ''}"
-                                                f" (the {role} split, data.{role}_split)"))
+                                                f" (the {role} split, data.{role}_split)"
+                                                + (_not_utf8_detail(path, *bad) if bad else "")))
     if data.source == "hub" and data.path and data.path.startswith(("~", "/", "./", "../")):
         folder = Path(os.path.expanduser(data.path))
         if not folder.is_dir():
@@ -183,23 +185,36 @@ def _checkpoint_step(path: Path) -> int | None:
     return checkpoint_step(path)
 
 
-def _utf8_start(path: Path, length: int = 1 << 16) -> bool:
-    """Whether the file's first ``length`` bytes are UTF-8 (a character cut at the end
-    allowed), as reading the data requires; validate said ok to a file train then refused."""
+NOT_UTF8 = "is not UTF-8 text"
+
+
+def _first_bad_byte(path: Path, length: int = 1 << 16) -> tuple[int, str] | None:
+    """The offset of the first byte in the file's first ``length`` that is not UTF-8, and why
+    (a character cut at the end of the read allowed); None where they are all UTF-8, as
+    reading the data requires: validate said ok to a file train then refused."""
     try:
         with open(path, "rb") as f:
             head = f.read(length)
     except OSError:
-        return True  # not ours to judge here: reading it will say what is wrong
+        return None  # not ours to judge here: reading it will say what is wrong
     cuts = range(4) if len(head) == length else range(1)  # cut only where the read cut
+    first = None
     for cut in cuts:
         try:
             head[: len(head) - cut].decode("utf-8")
-            return True
+            return None
         except UnicodeDecodeError as error:
             if error.start < len(head) - 4:
-                return False
-    return False
+                return error.start, error.reason
+            first = first or (error.start, error.reason)
+    return first
+
+
+def _not_utf8_detail(path: Path, offset: int, reason: str) -> str:
+    """Where ``path`` stops being UTF-8, and how to convert it: a Latin-1 or Windows file
+    (``café`` as one byte ``\\xe9``) is the usual one."""
+    return (f": {reason} at byte {offset}; save it as UTF-8, e.g. "
+            f"iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}")
 
 
 # Each data key and the one source that reads it.
@@ -227,10 +242,13 @@ def check_inputs(recipe: Recipe, resuming: bool = False) -> Recipe:
     if problems:
         # A file that is there but cannot be used (a damaged or foreign tokenizer) is not "not
         # found": the title says which the reader is looking at.
+        not_utf8 = [p for p in problems if f"data file {NOT_UTF8}" in p.message]
         unusable = any((p.path == "data.tokenizer.path" and "not found" not in p.message)
                        or "data file is empty" in p.message for p in problems)
-        raise ConfigError(problems, "inputs missing or unusable" if unusable
-                          else "inputs not found")
+        title = ("data files not UTF-8 text" if len(not_utf8) == len(problems) else
+                 "inputs missing, unusable or not UTF-8 text" if not_utf8 else
+                 "inputs missing or unusable" if unusable else "inputs not found")
+        raise ConfigError(problems, title)
     return recipe
 
 

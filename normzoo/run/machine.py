@@ -27,6 +27,7 @@ import typer
 
 from normzoo.errors import ConfigError, NormzooError, Problem
 from normzoo.recipe import Recipe, TrainerConfig
+from normzoo.run.workers import loader_workers_problem, processes_per_machine, usable_cores
 
 # Bytes of training state per parameter: fp32 weights and gradients and AdamW's two fp32 moments
 # (mixed precision keeps fp32 weights too); bf16-true keeps all four in bf16.
@@ -104,27 +105,23 @@ def training_device(trainer: TrainerConfig) -> Any:
     return "cpu" if trainer.accelerator == "auto" else None
 
 
-def _processes_per_machine(trainer: TrainerConfig) -> int:
-    devices = trainer.devices
-    if devices == -1:
-        return os.cpu_count() or 1
-    return devices if isinstance(devices, int) else 1
-
-
 def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
     """What of ``recipe`` this machine cannot run, found without allocating anything: a model
     whose training state (weights, gradients and AdamW's moments; with ``training=False`` the
     weights and gradients of one forward and backward on the CPU) is larger than the memory of
-    a device, more training processes on the CPU (``trainer.devices``) than cores, and an
-    ``eval.beam`` the final test's beam search cannot hold (:func:`_final_test_beam`).
+    a device, more training processes on the CPU (``trainer.devices``) than cores, more loader
+    processes (``data.num_workers``) than the CPUs can run
+    (:func:`~normzoo.run.workers.loader_workers_problem`),
+    and an ``eval.beam`` the final test's beam search cannot hold (:func:`_final_test_beam`).
 
     The size is a lower bound (activations come on top), so a refused recipe never fits.
     """
     trainer = recipe.trainer
+    workers = loader_workers_problem(recipe) if training else None
     device = training_device(trainer) if training else "cpu"
     if device is None:
-        return []
-    problems = []
+        return [workers] if workers else []
+    problems = [workers] if workers else []
     cores = os.cpu_count() or 1
     if training and device == "cpu" and isinstance(trainer.devices, int) and (
             trainer.devices > cores):
@@ -137,7 +134,7 @@ def machine_problems(recipe: Recipe, *, training: bool = True) -> list[Problem]:
     per_parameter = (TRAINING_BYTES.get(trainer.precision, FP32_TRAINING_BYTES) if training
                      else DIAGNOSE_BYTES)
     need, copies = count * per_parameter, ""
-    processes = _processes_per_machine(trainer) if training else 1
+    processes = processes_per_machine(trainer) if training else 1
     from normzoo.inference.device import device_memory
 
     limit, where = device_memory(device)
@@ -288,9 +285,7 @@ def loader_workers(recipe: Recipe) -> Recipe:
         return recipe
     workers = 0
     if training_device(recipe.trainer) not in ("cpu", "mps", None):
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-        per_process = cpus // max(1, _processes_per_machine(recipe.trainer))
+        per_process = usable_cores() // max(1, processes_per_machine(recipe.trainer))
         workers = max(0, min(LOADER_WORKERS, per_process - 1))
     return recipe.model_copy(update={"data": data.model_copy(update={"num_workers": workers})})
 

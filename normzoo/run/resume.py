@@ -54,10 +54,10 @@ from typing import Any
 import typer
 
 from normzoo.checkpoints.reading import checkpoint_parts, checkpoint_tokenizer, read_checkpoint
-from normzoo.checkpoints.rolling import newest_checkpoint
+from normzoo.checkpoints.rolling import Candidate, complete_step, newest_checkpoint
 from normzoo.contract import task_of
 from normzoo.errors import NormzooError
-from normzoo.io.atomic import remove_stale_temporaries
+from normzoo.io.atomic import TMP_MARK, remove_stale_temporaries
 from normzoo.recipe import Recipe
 from normzoo.recipe.optim import ENDS_AT_MAX_STEPS
 from normzoo.run.directory import RunDirectoryExists, run_directory_override, run_summary
@@ -194,8 +194,14 @@ STEP_FILE = re.compile(r"^(?:best|step)-(\d+)(?:-v\d+)?\.ckpt$")
 
 def discard_abandoned_work(checkpoint_dir: Path, resumed_step: int) -> None:
     """Before resuming at ``resumed_step``: delete what a killed process left that the resumed
-    run will redo: half-written temporary files and checkpoints of later steps (the resumed run
-    writes its own; left in place they would collide with them or pose as its results)."""
+    run will redo: half-written temporary files (and folders: a sharded checkpoint's copy,
+    :func:`~normzoo.checkpoints.rolling.place_copy`) and checkpoints of later steps (the
+    resumed run writes its own; left in place they would collide with them or pose as its
+    results)."""
+    if checkpoint_dir.is_dir():
+        for path in checkpoint_dir.glob(f".*{TMP_MARK}*"):
+            if path.is_dir():
+                shutil.rmtree(path)
     remove_stale_temporaries(checkpoint_dir)
     for path in checkpoint_dir.glob("*.ckpt"):
         match = STEP_FILE.match(path.name)
@@ -263,12 +269,24 @@ def starting_point(run_dir: Path, resume: str | None, recipe: Recipe,
     """Where a run starts: None for a new run; else the checkpoint ``resume`` names
     (:func:`resume_checkpoint`; ``auto`` also for a SLURM job requeued after pre-emption, which
     runs the same command again), checked against ``recipe`` before anything is written, and
-    the run directory tidied (:func:`prepare_resume`)."""
+    the run directory tidied (:func:`prepare_resume`); for ``auto``, the checkpoints of its
+    step that a kill cut short are written first
+    (:func:`~normzoo.checkpoints.rolling.complete_step`) and it starts from ``last.ckpt``."""
     resume = requeued(run_dir, resume)
     if not resume:
         return None
     path = resume_checkpoint(run_dir, resume, announce=rank == 0)
     step, tokenizer, options = prepare_resume(path, recipe, run_dir, resume, rank)
+    if resume == "auto" and rank == 0:
+        # A kill between a validation's checkpoints: the step's others are made from the
+        # newest, and the run resumes from its last.ckpt (normzoo.checkpoints.rolling). Other
+        # ranks load the newest itself: the same state.
+        found = path
+        path, written = complete_step(run_dir / "checkpoints", Candidate(path, step),
+                                      recipe.trainer.keep_checkpoints)
+        if written:
+            typer.echo(f"resume: step {step}'s checkpoints were cut short after {found.name}: "
+                       f"wrote {' and '.join(written)} from it", err=True)
     if rank == 0:
         typer.echo(f"resuming from {path} (step {step})", err=True)
     return StartingPoint(path, step, tokenizer, options)

@@ -34,7 +34,13 @@ from normzoo.run.console import header, quiet_libraries
 from normzoo.run.directory import RunDirectory
 from normzoo.run.endings import RunEndings
 from normzoo.run.hardware import describe
-from normzoo.run.history import log_test_scores, metrics_path, resume_history, validation_of
+from normzoo.run.history import (
+    end_restored_fit,
+    log_test_scores,
+    metrics_path,
+    resume_history,
+    validation_of,
+)
 from normzoo.run.identity import run_identity
 from normzoo.run.init_weights import initial_weights
 from normzoo.run.inputs import for_training, unread_data_keys
@@ -183,10 +189,11 @@ class TrainingRun(RunEndings):
             # validates there (ValidateAtMaxSteps); one stopped otherwise (max_epochs) gets its
             # final state here. Only then: a state saved after fit ended resumes one logged
             # step off. A run resumed at its end (its test was stopped) trained nothing: its
-            # checkpoint stays as it was.
+            # checkpoint stays as it was, and Lightning's counters are ended as fit ends them.
             step = self.trainer.global_step
-            if step != self.callbacks.rolling.saved_step and (self.ckpt_path is None
-                                                              or step != self.resumed_step):
+            if self.ckpt_path is not None and step == self.resumed_step:
+                end_restored_fit(self.trainer)
+            elif step != self.callbacks.rolling.saved_step:
                 self.trainer.save_checkpoint(self.run_dir / "checkpoints" / "last.ckpt",
                                              weights_only=False)
         self.fitted = True

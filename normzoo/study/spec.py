@@ -19,6 +19,7 @@ pairs its ``comparisons`` list. Paths in the file are read relative to the file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -175,9 +176,12 @@ def _across(study: Study) -> list[Problem]:
     return problems
 
 
-def load_study(path: Path) -> Study:
-    """The study file at ``path``, validated (every problem at once, exit 2)."""
+def load_study(path: Path, echo: Callable[[str], object] | None = None) -> Study:
+    """The study file at ``path``, validated (every problem at once, exit 2). A part's
+    ``recipe`` is a path relative to the file or, where there is no such file, a recipe shipped
+    with normzoo (:mod:`normzoo.recipe.shipped`); ``echo`` is given the line that says so."""
     from normzoo.recipe.reading import read_yaml
+    from normzoo.recipe.shipped import find, name_of, shipped_line
     from normzoo.registry.options import pydantic_problems
 
     try:
@@ -205,7 +209,13 @@ def load_study(path: Path) -> Study:
             problems += pydantic_problems(error, "" if name == "main" and "parts" not in data
                                           else f"parts.{name}", Part)
             continue
-        parts[str(name)] = part.model_copy(update={"recipe": here / part.recipe})
+        recipe = here / part.recipe
+        shipped = None if recipe.exists() else find(part.recipe)
+        if shipped is not None:
+            recipe = shipped
+            if echo is not None:
+                echo(shipped_line(str(name_of(shipped)), part.recipe))
+        parts[str(name)] = part.model_copy(update={"recipe": recipe})
     top = {k: v for k, v in data.items() if k not in PART_KEYS and k not in ("parts",
                                                                               "comparisons")}
     top["comparisons"] = data.get("comparisons") or [] if "parts" in data else []

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from normzoo.run.hardware import usable_cores
+from normzoo.run.workers import usable_cores
 
 
 def threads_per_job(jobs: int) -> int:

@@ -13,7 +13,6 @@ moved run finds them.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
 from normzoo.checkpoints.relocate import relocated_state
-from normzoo.checkpoints.rolling import link_last, step_checkpoints
+from normzoo.checkpoints.rolling import link_last, prune_steps
 from normzoo.io.atomic import save_checkpoint_atomically
 
 
@@ -68,17 +67,9 @@ class RollingCheckpoints(Checkpoint):
         return last
 
     def prune(self, step: int) -> None:
-        """Delete all but the newest ``keep`` ``step-`` checkpoints up to ``step``.
-
-        Later ones belong to a dead run that ``--resume auto`` already discarded, or to a
-        branch that ``--resume PATH`` keeps; neither is this run's to delete.
-        """
-        mine = [path for s, path in step_checkpoints(self.dirpath) if s <= step]
-        for path in mine[: max(len(mine) - self.keep, 0)]:
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+        """Delete all but the newest ``keep`` ``step-`` checkpoints up to ``step``
+        (:func:`~normzoo.checkpoints.rolling.prune_steps`)."""
+        prune_steps(self.dirpath, step, self.keep)
 
 
 class ValidateAtMaxSteps(Callback):
