@@ -29,6 +29,7 @@ import yaml
 from registered import BUILTIN_TASKS
 from safetensors.torch import load_file
 from task_samples import model_of_family
+from test_resume import RECIPE
 from tiny import tiny
 
 HERE = Path(__file__).parent
@@ -55,18 +56,7 @@ def load(path: Path) -> dict:
 # 10 and 15, each improving on the one before. Every validation writes best-N, then step-N,
 # then links last.ckpt to step-N: checkpoint writes 1-2 are step 5's, 3-4 step 10's, 5-6
 # step 15's; link n is the n-th validation's.
-UNIT = {
-    "task": "translation",
-    "seed": 3,
-    "model": {"d_model": 32, "heads": 2, "ffn_dim": 64, "encoder_layers": 1,
-              "decoder_layers": 1, "dropout": 0.1, "residual": "pre"},
-    "data": {"source": "builtin", "train_limit": 200, "valid_limit": 20, "max_tokens": 256,
-             "max_len": 32, "tokenizer": {"type": "bpe", "vocab_size": 300}},
-    "optim": {"lr": 1.0e-3, "warmup_steps": 5},
-    "trainer": {"max_steps": 15, "val_every_steps": 5, "log_every_steps": 1,
-                "progress_bar": False},
-    "eval": {"valid_bleu": False},
-}
+UNIT = {**RECIPE, "trainer": {**RECIPE["trainer"], "max_steps": 15}}
 
 
 @pytest.fixture(scope="module")

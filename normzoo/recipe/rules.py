@@ -40,12 +40,6 @@ class EvalSection(Protocol):
     average_last: Any
 
 
-def registered_task(name: str) -> Any:
-    """The registered task ``name`` (:class:`~normzoo.contract.task.Task`): only the task
-    named is imported."""
-    return task_of(name)
-
-
 def task_of_family(family: Any) -> str | None:
     """A task that trains ``family`` (normzoo's own first), to stand in for a task that is not
     valid; None when none does."""
@@ -64,7 +58,7 @@ class _Families(Mapping[str, str]):
     def __getitem__(self, name: str) -> str:
         if name not in registry.tasks:
             raise KeyError(name)
-        return registered_task(name).family
+        return task_of(name).family
 
     def __iter__(self) -> Iterator[str]:
         return iter(registry.tasks.names())
@@ -89,7 +83,7 @@ def task_problems(task: Any, options: Any) -> list[Problem]:
     for a registered task."""
     if not (isinstance(task, str) and task in FAMILY_OF_TASK and isinstance(options, dict)):
         return []
-    return registered_task(task).option_problems(options)
+    return task_of(task).option_problems(options)
 
 
 def section_problems(task: Any, model: ModelConfig, data: DataConfig, optim: OptimConfig,
@@ -101,7 +95,7 @@ def section_problems(task: Any, model: ModelConfig, data: DataConfig, optim: Opt
     problems = [family_problem(task, model.family),
                 strategy_problem(model.residual.name, model.residual.options, trainer.strategy)]
     known = isinstance(task, str) and task in FAMILY_OF_TASK
-    if streaming is True and known and not registered_task(task).streams:
+    if streaming is True and known and not task_of(task).streams:
         streamed = " and ".join(t.name for t in working_tasks() if t.streams)
         problems.append(Problem("data.streaming", f"streams {streamed} corpora; {task} "
                                 "corpora are prepared once with `normzoo prepare` and "
