@@ -1,6 +1,6 @@
 """normzoo as a package (issue 60, items 2 and 3): the wheel and the sdist that ``python -m
-build`` makes carry what a user needs (every recipe, the license, the ``py.typed`` marker of
-``normzoo.plugin``'s type hints, every module) and nothing of the tests or the docs; and,
+build`` makes carry what a user needs (every recipe and study, the license, the ``py.typed``
+marker of ``normzoo.plugin``'s type hints, every module) and nothing of the tests or docs; and,
 slow, the wheel installed into a fresh virtualenv trains the quick start by name from a folder
 outside the repository to its test BLEU (``.ci/run`` does the same in a few steps).
 
@@ -25,6 +25,11 @@ RECIPES = sorted(p.relative_to(ROOT / "recipes").as_posix() for p in (ROOT / "re
     "*.yaml"))
 MODULES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "normzoo").rglob("*.py")
                  if "__pycache__" not in p.parts)
+# The shipped studies: each file, and the prose and sections one folder down that they name
+# (the sections are read by path; tests/test_shipped_studies.py checks nothing else is named).
+STUDIES = sorted(p.relative_to(ROOT / "studies").as_posix() for glob in ("*.yaml", "*/*.md",
+                                                                        "*/*.py", "__init__.py")
+                 for p in (ROOT / "studies").glob(glob))
 
 
 def _toml(path: Path) -> dict:
@@ -40,8 +45,9 @@ def test_every_package_of_normzoo_is_listed_for_the_wheel():
     root): a package added to normzoo/ and not listed there would be missing from the wheel."""
     listed = _toml(ROOT / "pyproject.toml")["tool"]["setuptools"]["packages"]
     found = sorted({Path(module).parent.as_posix().replace("/", ".") for module in MODULES})
-    assert sorted(set(listed) - {"normzoo.recipes", "normzoo.recipes.studies"}) == found
-    assert {"normzoo.recipes", "normzoo.recipes.studies"} <= set(listed)
+    shipped = {"normzoo.recipes", "normzoo.recipes.studies", "normzoo.studies"}
+    assert sorted(set(listed) - shipped) == found
+    assert shipped <= set(listed)
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +64,20 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"wheel": wheel, "sdist": sdist}
 
 
-def test_the_wheel_carries_the_recipes_the_license_and_py_typed(built: dict[str, Path]):
+def test_the_wheel_carries_the_recipes_the_studies_the_license_and_py_typed(
+        built: dict[str, Path]):
     names = zipfile.ZipFile(built["wheel"]).namelist()
     assert sorted(n.removeprefix("normzoo/recipes/") for n in names
                   if n.startswith("normzoo/recipes/")) == RECIPES
+    assert sorted(n.removeprefix("normzoo/studies/") for n in names
+                  if n.startswith("normzoo/studies/")) == STUDIES
     assert "normzoo/py.typed" in names
     (info,) = {n.split("/")[0] for n in names if ".dist-info/" in n}
     assert f"{info}/licenses/LICENSE" in names
     metadata = zipfile.ZipFile(built["wheel"]).read(f"{info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
-    assert sorted(n for n in names if n.endswith(".py")) == MODULES
+    assert sorted(n for n in names if n.endswith(".py")) == sorted(
+        MODULES + [f"normzoo/studies/{n}" for n in STUDIES if n.endswith(".py")])
     assert not [n for n in names if n.startswith(("tests/", "docs/", "site/", "studies/",
                                                   "benchmarks/", "plugins/", "recipes/"))]
     assert not [n for n in names if "/test_" in n or "conftest" in n or "__pycache__" in n]
@@ -81,7 +91,8 @@ def test_the_sdist_carries_what_builds_the_wheel_and_no_tests_or_docs(built: dic
                   if n.startswith("recipes/") and n.endswith(".yaml")) == RECIPES
     assert {"LICENSE", "README.md", "pyproject.toml", "normzoo/py.typed"} <= set(names)
     assert set(MODULES) <= set(names)
-    assert not [n for n in names if n.split("/")[0] in ("tests", "docs", "site", "studies",
+    assert {f"studies/{n}" for n in STUDIES} <= set(names)  # the wheel is built from the sdist
+    assert not [n for n in names if n.split("/")[0] in ("tests", "docs", "site",
                                                         "benchmarks", "plugins", ".ci")]
     assert not [n for n in names if "/test_" in n or "conftest" in n]
 
@@ -124,3 +135,9 @@ def test_the_installed_wheel_trains_the_quick_start_by_name(built: dict[str, Pat
     summary = json.loads((work / "runs" / "quickstart" / "summary.json").read_text())
     assert summary["status"] == "completed"
     assert summary["test"]["bleu"] > 80, summary["test"]
+    # The README's study line, verbatim: the wheel's study, its page written here.
+    reported = _run(["normzoo", "study", "report", "studies/quickstart-schemes.yaml"], work, env)
+    assert reported.stderr.splitlines()[0].startswith(
+        "study: studies/quickstart-schemes.yaml (shipped with normzoo")
+    assert str(venv) in reported.stderr.splitlines()[0]
+    assert (work / "runs" / "study-quickstart-schemes" / "index.md").is_file()

@@ -1,9 +1,12 @@
-"""The recipes shipped with normzoo, by name: ``normzoo train quickstart`` from anywhere.
+"""The recipes and studies shipped with normzoo, by name: ``normzoo train quickstart`` and
+``normzoo study run quickstart-schemes`` from anywhere.
 
-Where they are: the repository's ``recipes/`` folder is the one copy. A wheel carries it as
-``normzoo/recipes/`` (pyproject.toml maps the folder into the package when it is built); a
-checkout, or an editable install of one, reads ``recipes/`` beside the package. Nothing is
-copied in the tree.
+Where they are: the repository's ``recipes/`` and ``studies/`` folders are the one copy. A wheel
+carries them as ``normzoo/recipes/`` and ``normzoo/studies/`` (pyproject.toml maps the folders
+into the package when it is built); a checkout, or an editable install of one, reads them beside
+the package. Nothing is copied in the tree. Each is a :class:`Shelf`; the functions take the
+recipes' (:data:`RECIPES`) unless given another (:data:`STUDIES`: only the top level's files are
+studies, their folders hold the prose and sections they name).
 
 What a recipe argument means (:func:`resolve`): an existing path always wins; otherwise it is
 a shipped recipe's name, written as :func:`names` gives it (``quickstart``,
@@ -27,52 +30,68 @@ SUFFIX = ".yaml"
 _PACKAGE = Path(__file__).resolve().parent.parent  # normzoo/
 
 
-def folder() -> Path:
-    """The shipped recipes' folder: ``normzoo/recipes/`` as a wheel installs it, else the
-    checkout's ``recipes/`` beside the package (an editable install, a clone on the path)."""
-    installed = _PACKAGE / "recipes"
-    checkout = _PACKAGE.parent / "recipes"
+@dataclass(frozen=True)
+class Shelf:
+    """What normzoo ships of one kind: its word (``recipe``, also the command group that
+    lists them), the repository's folder that holds them (the plural; also their folder in the
+    wheel), and whether the files in its sub-folders are of the kind too."""
+
+    kind: str
+    folder: str
+    nested: bool
+
+
+RECIPES = Shelf("recipe", "recipes", nested=True)
+STUDIES = Shelf("study", "studies", nested=False)
+
+
+def folder(shelf: Shelf = RECIPES) -> Path:
+    """The shelf's folder: ``normzoo/recipes/`` as a wheel installs it, else the checkout's
+    ``recipes/`` beside the package (an editable install, a clone on the path)."""
+    installed = _PACKAGE / shelf.folder
+    checkout = _PACKAGE.parent / shelf.folder
     if not installed.is_dir() and checkout.is_dir() and (_PACKAGE.parent / "pyproject.toml"
                                                           ).is_file():
         return checkout
     return installed
 
 
-def names() -> list[str]:
-    """Every shipped recipe's name: its path under :func:`folder` without ``.yaml``, in
-    ``/`` form (``quickstart``, ``studies/multi30k_depth``), sorted with the top level first."""
-    root = folder()
+def names(shelf: Shelf = RECIPES) -> list[str]:
+    """Every shipped name: its path under :func:`folder` without ``.yaml``, in ``/`` form
+    (``quickstart``, ``studies/multi30k_depth``), sorted with the top level first."""
+    root = folder(shelf)
+    files = root.rglob(f"*{SUFFIX}") if shelf.nested else root.glob(f"*{SUFFIX}")
     found = [path.relative_to(root).with_suffix("").as_posix()
-             for path in root.rglob(f"*{SUFFIX}") if path.is_file()] if root.is_dir() else []
+             for path in files if path.is_file()] if root.is_dir() else []
     return sorted(found, key=lambda name: (name.count("/"), name))
 
 
-def _name(text: str) -> str:
+def _name(text: str, shelf: Shelf = RECIPES) -> str:
     """``text`` as a name: ``./recipes/quickstart.yaml``, ``quickstart.yaml`` and, as a study
     file in a clone names it, ``../recipes/quickstart.yaml`` are ``quickstart``."""
     name = text.strip().replace("\\", "/")
     while name.startswith(("./", "../")):
         name = name.split("/", 1)[1]
-    name = name.removeprefix("recipes/")
+    name = name.removeprefix(f"{shelf.folder}/")
     for suffix in (SUFFIX, ".yml"):
         name = name.removesuffix(suffix)
     return name
 
 
-def find(text: str | Path) -> Path | None:
-    """The shipped recipe ``text`` names (see :func:`_name`), or None."""
-    name = _name(str(text))
-    return folder() / f"{name}{SUFFIX}" if name and name in names() else None
+def find(text: str | Path, shelf: Shelf = RECIPES) -> Path | None:
+    """The shipped file ``text`` names (see :func:`_name`), or None."""
+    name = _name(str(text), shelf)
+    return folder(shelf) / f"{name}{SUFFIX}" if name and name in names(shelf) else None
 
 
-def name_of(path: str | Path) -> str | None:
-    """The shipped recipe's name if ``path`` is a shipped recipe file, else None."""
+def name_of(path: str | Path, shelf: Shelf = RECIPES) -> str | None:
+    """The shipped name if ``path`` is a shipped file, else None."""
     try:
-        relative = Path(os.path.realpath(path)).relative_to(os.path.realpath(folder()))
+        relative = Path(os.path.realpath(path)).relative_to(os.path.realpath(folder(shelf)))
     except ValueError:
         return None
     name = relative.with_suffix("").as_posix()
-    return name if relative.suffix == SUFFIX and name in names() else None
+    return name if relative.suffix == SUFFIX and name in names(shelf) else None
 
 
 def version() -> str:
@@ -82,12 +101,12 @@ def version() -> str:
     return str(sys.modules["normzoo"].__version__)
 
 
-def shipped_line(name: str, given: str | Path | None = None) -> str:
-    """The line that says a shipped recipe is read: ``recipe: quickstart (shipped with
+def shipped_line(name: str, given: str | Path | None = None, shelf: Shelf = RECIPES) -> str:
+    """The line that says a shipped file is read: ``recipe: quickstart (shipped with
     normzoo 0.2.0: .../normzoo/recipes/quickstart.yaml)``."""
     shown = name if given is None else given
-    return (f"recipe: {shown} (shipped with normzoo {version()}: "
-            f"{folder() / f'{name}{SUFFIX}'})")
+    return (f"{shelf.kind}: {shown} (shipped with normzoo {version()}: "
+            f"{folder(shelf) / f'{name}{SUFFIX}'})")
 
 
 @dataclass(frozen=True)
@@ -101,42 +120,46 @@ class Resolved:
     note: str | None
 
 
-def close_names(given: str | Path) -> str:
+def close_names(given: str | Path, shelf: Shelf = RECIPES) -> str:
     """A ``" (did you mean 'quickstart'?)"`` suffix for a shipped name close to ``given``."""
     from normzoo.registry.options import close_match
 
-    shipped = names()
-    return close_match(_name(str(given)), shipped) or close_match(Path(given).stem, shipped)
+    shipped = names(shelf)
+    return (close_match(_name(str(given), shelf), shipped)
+            or close_match(Path(given).stem, shipped))
 
 
 def not_found(given: str | Path, title: str = "cannot read recipe",
-              files: bool = True) -> ConfigError:
-    """Exit 2 for a recipe that is neither a file (where ``files``) nor a shipped name: the
-    close names, and every name."""
-    shipped = names()
-    guess = close_names(given)
+              files: bool = True, shelf: Shelf = RECIPES) -> ConfigError:
+    """Exit 2 for a name that is neither a file (where ``files``) nor shipped: the close
+    names, and every name."""
+    shipped = names(shelf)
+    guess = close_names(given, shelf)
     listed = ", ".join(shipped) if shipped else "none are installed"
-    what = (f"recipe file not found: {given}, and no recipe shipped with normzoo has that name"
-            if files else f"no recipe shipped with normzoo is named {given}")
-    return ConfigError([Problem("", f"{what}{guess}; the shipped recipes (normzoo recipe "
-                                f"list): {listed}")], title)
+    what = (f"{shelf.kind} file not found: {given}, and no {shelf.kind} shipped with normzoo "
+            "has that name" if files else f"no {shelf.kind} shipped with normzoo is named "
+            f"{given}")
+    return ConfigError([Problem("", f"{what}{guess}; the shipped {shelf.folder} (normzoo "
+                                f"{shelf.kind} list): {listed}")], title)
 
 
-def resolve(given: str | Path) -> Resolved:
-    """The recipe ``given`` on the command line names (module docstring): an existing path,
-    else a shipped recipe; :class:`~normzoo.errors.ConfigError` (exit 2) for neither."""
+def resolve(given: str | Path, shelf: Shelf = RECIPES) -> Resolved:
+    """The file ``given`` on the command line names (module docstring): an existing path,
+    else a shipped one; :class:`~normzoo.errors.ConfigError` (exit 2) for neither."""
     path = Path(given)
-    shipped = find(given)
+    shipped = find(given, shelf)
     if path.exists():
         same = shipped is not None and os.path.realpath(path) == os.path.realpath(shipped)
-        note = (f"recipe: {given} (this file; normzoo also ships a recipe named "
-                f"{_name(str(given))}: normzoo recipe show {_name(str(given))})"
-                if shipped is not None and not same else None)
+        name = _name(str(given), shelf)
+        shown = (f"normzoo recipe show {name}" if shelf is RECIPES
+                 else "normzoo study list")
+        note = (f"{shelf.kind}: {given} (this file; normzoo also ships a {shelf.kind} named "
+                f"{name}: {shown})" if shipped is not None and not same else None)
         return Resolved(path, None, note)
     if shipped is None:
-        raise not_found(given)
-    name = _name(str(given))
-    note = shipped_line(name, given)
+        raise not_found(given, f"cannot read {shelf.kind}", shelf=shelf)
+    name = _name(str(given), shelf)
+    note = shipped_line(name, given, shelf)
     local = path.with_name(path.name + SUFFIX)
     if local.is_file():  # `normzoo recipe copy NAME` wrote it: most likely the one meant
         note += f"; {local} is not read: give its path to use it"

@@ -167,7 +167,8 @@ def _figure(post: list[Any], pre: list[Any], path: Path) -> None:
     for ax in axes.flat:
         ax.set(yscale="log", xlabel="layer")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # no cells yet: an empty panel, no legend
+            ax.legend(fontsize=6)
     save_figure(figure, path)
 
 
