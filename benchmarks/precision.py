@@ -28,7 +28,8 @@ runs ``normzoo evaluate`` of a translation checkpoint on test2016 in fp32 and wi
 glibc's ``malloc`` as it is against freed memory kept for reuse (``precision-allocator-cpu.md``,
 ``normzoo.run.allocator``). The kernels are
 ``precision_kernels.py``'s, the decoding ``precision_decode.py``'s, the compile pairing's report
-``precision_compile.py``'s.
+``precision_compile.py``'s. ``--before DIR`` pairs each precision with the same runs of an
+earlier commit's code (a clone in DIR): ``precision-before-cpu.md``, ``precision_before.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no pa
 from common import MULTI30K, REPO, RESULTS, machine, machine_lines, table, write_report
 from precision_allocator import ARMS as ALLOCATOR_ARMS
 from precision_allocator import allocator_report, summarise_allocator
+from precision_before import before_arms, before_report, summarise_before
 from precision_compile import ARMS, compile_report, load_average, summarise_compile
 from precision_decode import decoding_report, measure_decoding
 from precision_kernels import measure_gemm, measure_kernels
@@ -227,6 +229,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--allocator", action="store_true",
                         help="instead: each precision with glibc's malloc as it is against "
                              "freed memory kept for reuse (normzoo.run.allocator)")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="instead: each precision now against the code of a clone in DIR")
     parser.add_argument("--decode", type=Path, default=None, metavar="CKPT",
                         help="instead: compare evaluate in fp32 and --bf16 on this checkpoint")
     return parser.parse_args(argv)
@@ -249,10 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         print(out.read_text())
         return 0
     paired = {"compile": ("precision-compile-cpu.md", summarise_compile, compile_report),
-              "allocator": ("precision-allocator-cpu.md", summarise_allocator, allocator_report)}
+              "allocator": ("precision-allocator-cpu.md", summarise_allocator, allocator_report),
+              "before": ("precision-before-cpu.md", summarise_before, before_report)}
     for mode, (name, summarise_runs, render) in paired.items():
         if getattr(args, mode):
-            runs = measure_training(args)
+            runs = measure_training(args, before_arms(args.before) if args.before else None)
             out = args.out or RESULTS / name
             summary = summarise_runs(runs)
             write_report(out, render(args, info, runs, summary),

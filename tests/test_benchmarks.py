@@ -168,6 +168,36 @@ def test_precision_allocator_pairs_each_arm_going_first_and_reports_identical_lo
     assert "fp32: reuse / system 1.10x" in text and "identical in every round" in text
 
 
+def test_precision_before_runs_the_earlier_code_and_says_whether_now_is_slower(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import precision
+
+    calls = []
+
+    def fake_train(precision_, steps, threads, data, run_dir, extra=(), env_extra=None):
+        before = "PYTHONPATH" in (env_extra or {})
+        calls.append((precision_, (env_extra or {}).get("PYTHONPATH")))
+        rate = 3000.0 if precision_ == "32-true" else 6000.0
+        if precision_ == "bf16-mixed" and not before:
+            rate *= 0.9  # made slower now
+        return {"precision": precision_, "compiles": None, "val_loss": 7.0,
+                "tokens_per_s": rate, "steps_timed": 50, "wall_s": 1.0, "peak_rss_mb": 900}
+
+    monkeypatch.setattr(precision, "train_once", fake_train)
+    args = precision.parse_args(["--before", str(tmp_path), "--pairs", "4", "--steps", "60"])
+    runs = precision.measure_training(args, precision.before_arms(args.before))
+    assert len(runs) == 16
+    assert {path for _, path in calls} == {str(tmp_path.resolve()), None}
+    assert len({runs[i]["arm"] for i in range(0, 16, 4)}) == 4  # every arm leads one round
+    summary = precision.summarise_before(runs)
+    assert not summary["32-true"]["slower"] and summary["32-true"]["ratio_median"] == 1.0
+    assert summary["bf16-mixed"]["slower"]
+    info = {"cpu": "cpu", "cores": 2, "threads": 1, "gpu": None, "python": "3", "versions": {},
+            "date": "today"}
+    text = "\n".join(precision.before_report(args, info, runs, summary))
+    assert "32-true: now / before **1.00x**" in text and "**slower** in every pair" in text
+
+
 @pytest.mark.parametrize("name", sorted(TRAINERS))
 def test_peers_compile_the_model_with_its_loss_and_change_no_number(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Fused AdamW on a GPU (:func:`normzoo.tasks.optim.adamw_impl`), and gradient clipping with it.
+"""Fused AdamW (:func:`normzoo.tasks.optim.adamw_impl`), and gradient clipping with it.
 
 Lightning's mixed-precision plugin refuses to clip gradients for an optimizer that unscales
 them itself (``MixedPrecision.clip_gradients``: ``_optimizer_handles_unscaling``, true for a
@@ -28,9 +28,10 @@ PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed")
 
 
 @pytest.mark.parametrize("device,precision",
-                         list(itertools.product(["cuda", "cpu", "mps"], PRECISIONS)))
-def test_fused_on_a_gpu_except_under_a_grad_scaler(device, precision):
-    want = "fused" if device == "cuda" and precision != "16-mixed" else "foreach"
+                         list(itertools.product(["cuda", "cpu", "mps", "nodevice"],
+                                                PRECISIONS)))
+def test_fused_except_under_a_grad_scaler_or_where_torch_has_no_fused_kernel(device, precision):
+    want = "fused" if device != "nodevice" and precision != "16-mixed" else "foreach"
     assert adamw_impl(device, precision) == want
 
 
@@ -90,7 +91,7 @@ def _fit(precision: str, clip: float) -> StepNorms:
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "32-true", "bf16-true"])
 def test_fused_adamw_clips_gradients_in_every_precision_it_runs_in(monkeypatch, precision):
-    monkeypatch.setattr(base, "adamw_impl", lambda device, precision: "fused")  # a GPU's answer
+    monkeypatch.setattr(base, "adamw_impl", lambda device, precision: "fused")
     clip = 1e-3  # far below the tiny model's gradient norm: every step is clipped
     seen = _fit(precision, clip)
     assert seen.optimizer.defaults["fused"] is True
@@ -107,7 +108,7 @@ def test_lightning_itself_refuses_to_clip_for_fused_adamw_under_bf16_mixed(monke
         _fit("bf16-mixed", 1.0)
 
 
-def test_a_cpu_run_asks_for_its_parameters_device_and_steps_foreach(monkeypatch):
+def test_a_cpu_run_asks_for_its_parameters_device_and_steps_fused(monkeypatch):
     asked = []
 
     def spy(device: str, precision: str) -> str:
@@ -117,4 +118,4 @@ def test_a_cpu_run_asks_for_its_parameters_device_and_steps_foreach(monkeypatch)
     monkeypatch.setattr(base, "adamw_impl", spy)
     seen = _fit("bf16-mixed", 0.0)
     assert asked == [("cpu", "bf16-mixed")]
-    assert seen.optimizer.defaults["foreach"] is True and not seen.optimizer.defaults["fused"]
+    assert seen.optimizer.defaults["fused"] is True and not seen.optimizer.defaults["foreach"]

@@ -37,6 +37,7 @@ from normzoo.run.callbacks import (
     FlushLogsOnCheckpoint,
     HistoryCSVLogger,
     KeptOpenTensorBoardLogger,
+    LateLogs,
     RelocateCheckpoints,
     RollingCheckpoints,
     StepLearningRate,
@@ -171,9 +172,11 @@ class RunCallbacks:
         rolling = RollingCheckpoints(checkpoints, t.keep_checkpoints)
         stop = StopOnSignal(rolling, t.slurm_requeue)
         # A run resumed from another folder keeps its best checkpoints (RelocateCheckpoints).
+        # The task's scalars are written late, after the throughput's (rows in that order).
+        late = LateLogs()
         listed: list[Callback] = [best, RelocateCheckpoints(best), BetweenEpochs(), rolling, stop,
-                                  FlushLogsOnCheckpoint(), StepLearningRate(),
-                                  TrainingThroughput(), ValidateAtMaxSteps()]
+                                  FlushLogsOnCheckpoint(late), StepLearningRate(),
+                                  TrainingThroughput(), late, ValidateAtMaxSteps()]
         early = timer = None
         if t.patience is not None:
             # At validation (every val_every_steps), never at an epoch's end: token-budget

@@ -21,7 +21,6 @@ import lightning as L
 import torch
 import torch.distributed as dist
 from lightning.fabric.plugins.precision.amp import _optimizer_handles_unscaling
-from lightning.fabric.utilities.throughput import measure_flops
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -37,18 +36,8 @@ from normzoo.tasks.compiled import (
     compiled_inputs,
     recompiles_expected,
 )
+from normzoo.tasks.counting import flops_per_token, sentences, tokens
 from normzoo.tasks.optim import GROUP_NAMES, adamw_impl, build_optimizer
-
-
-def sentences(batch: dict[str, Any]) -> int:
-    """The number of examples (sentence pairs, sentences or blocks) in ``batch``."""
-    return next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
-
-
-def tokens(batch: dict[str, Any]) -> int:
-    """The tokens ``batch`` is trained on, counted on the host by the collation: target tokens
-    (translation), maskable tokens (masked LM) or predicted tokens (causal LM)."""
-    return int(batch["ntokens"])
 
 
 class TaskModule(L.LightningModule):
@@ -86,6 +75,7 @@ class TaskModule(L.LightningModule):
         self.last_loss = torch.zeros(())  # this step's mean token loss, for the divergence guard
         # Summed token loss and tokens of the batches since train/loss was last written.
         self._interval = (torch.zeros(()), torch.zeros((), dtype=torch.long))
+        self._due: dict[str, torch.Tensor | float] = {}  # this step's scalars, for late_logs
         self._pending_rng: dict[str, Any] | None = None  # generator states of a resumed run
         self.identity: dict[str, Any] | None = None  # normzoo.run.identity; None: unknown
 
@@ -116,10 +106,9 @@ class TaskModule(L.LightningModule):
         fresh, reasons = self._compiles.new_since()
         total = self._compiles.compiles
         # Only at the steps whose metrics are written: logged, a host number is copied to the
-        # GPU, and that copy waits for the step's kernels.
+        # GPU, and that copy waits for the step's kernels (handed to the run's loggers, none).
         if self.trainer._logger_connector.should_update_logs:
-            self.log("compile/compiles", float(total), on_step=True, on_epoch=False,
-                     batch_size=sentences(batch))
+            self._write("compile/compiles", float(total), batch)
         if fresh and total > self._expected_compiles and self.trainer.is_global_zero:
             why = "; ".join(line.strip() for line in reasons) or "TorchDynamo gave no reason"
             print(f"trainer.compile: compiled again at step {self.trainer.global_step} "
@@ -133,7 +122,7 @@ class TaskModule(L.LightningModule):
         if not self._flops_measured:  # this process's first batch
             self._flops_measured = True
             if self._monitors_throughput():
-                self._flops_per_token = self.measure_flops_per_token(batch)
+                self._flops_per_token = flops_per_token(self, batch)
 
     # Whether a ThroughputMonitor reads flops_per_batch: set by whoever gives the Trainer one
     # (a training run, whose RunCallbacks hold it), never looked up in trainer.callbacks.
@@ -151,44 +140,15 @@ class TaskModule(L.LightningModule):
         peak it knows, MFU.
 
         Token-budget batches change shape every step, so the FLOPs are measured once, on the
-        first batch this process trains on (:meth:`measure_flops_per_token`), and scaled by each
-        batch's token count. Exact for a batch shaped like that one; for the others, attention
-        (quadratic in the length), padding and, in translation, the source tokens per target
-        token are counted as they were in it. None outside training (validation runs forward
-        only) and where nothing could be measured.
+        first batch this process trains on (:func:`~normzoo.tasks.counting.flops_per_token`),
+        and scaled by each batch's token count. Exact for a batch shaped like that one; for the
+        others, attention (quadratic in the length), padding and, in translation, the source
+        tokens per target token are counted as they were in it. None outside training
+        (validation runs forward only) and where nothing could be measured.
         """
         if not self.training or not self._flops_per_token:
             return None
         return round(self._flops_per_token * self._batch_tokens)
-
-    def measure_flops_per_token(self, batch: dict[str, Any]) -> float | None:
-        """FLOPs of a training step on ``batch`` (the loss, forward and backward, as counted by
-        torch's ``FlopCounterMode`` through Lightning's ``measure_flops``) per token of it.
-
-        Counted on a copy of the task on the meta device, with ``batch``'s shapes: it allocates
-        no memory, computes nothing and leaves the training model, its gradients and the
-        generators as they were. A model that reads tensor values while it runs (BatchNorm's
-        padding mask, some plugins) cannot run there: then None, and the throughput is logged
-        without FLOPs.
-        """
-        eager = self.recipe.trainer.model_copy(update={"compile": False})
-        recipe = self.recipe.model_copy(update={"trainer": eager})
-        smoothing = self.recipe.optim.label_smoothing if self.smooths_labels else 0.0
-        state = rng.capture()
-        try:
-            with torch.device("meta"):
-                twin = type(self)(recipe, self.hparams["vocab_size"])
-            shapes = {k: v.to("meta") if torch.is_tensor(v) else v for k, v in batch.items()}
-            flops = measure_flops(twin, lambda: twin.loss_terms(shapes, smoothing).loss_sum,
-                                  lambda loss: loss)
-        except Exception as error:  # a figure to log must never stop the run
-            reason = str(error).splitlines()[0] if str(error) else ""
-            rank_zero_info(f"Training FLOPs not measured ({type(error).__name__}: {reason}): "
-                           "throughput is logged without FLOPs and MFU")
-            return None
-        finally:
-            rng.restore(state)
-        return flops / max(tokens(batch), 1)
 
     def data_init(self, batch: dict[str, Any]) -> dict[str, Any]:
         """The scheme's data-dependent init (:meth:`ResidualScheme.data_init
@@ -228,10 +188,27 @@ class TaskModule(L.LightningModule):
         if self._trainer is not None and self.trainer.world_size > 1:
             loss_sum = self.trainer.strategy.reduce(loss_sum, reduce_op="sum")
             count = self.trainer.strategy.reduce(count.float(), reduce_op="sum")
-        self.log("train/loss", loss_sum / count.clamp(min=1), prog_bar=True, on_step=True,
-                 on_epoch=False, batch_size=sentences(batch))
+        self._write("train/loss", loss_sum / count.clamp(min=1), batch)
         self._interval = (torch.zeros_like(self._interval[0]),
                           torch.zeros_like(self._interval[1]))
+
+    # Whether the run reads this step's logged scalars late (its LateLogs callback: set by
+    # whoever gives the Trainer one, as flops_read): they are then handed over, never logged
+    # here, where Lightning would read them on the host at once.
+    late_logs = False
+
+    def _write(self, name: str, value: torch.Tensor | float, batch: dict[str, Any]) -> None:
+        """Log ``value`` at this step: through the run's late reader, or Lightning's log."""
+        if self.late_logs:
+            self._due[name] = value
+        else:
+            self.log(name, value, prog_bar=name == "train/loss", on_step=True, on_epoch=False,
+                     batch_size=sentences(batch))
+
+    def take_logged(self) -> dict[str, torch.Tensor | float]:
+        """The scalars this step logs (device tensors, host numbers), handed over once."""
+        due, self._due = self._due, {}
+        return due
 
     # -- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self):

@@ -11,7 +11,9 @@ This package imports Lightning (and torch) when it is imported; the CLI imports
 * :mod:`~normzoo.run.callbacks.signals` — :class:`StopOnSignal`.
 * :mod:`~normzoo.run.callbacks.logs` — :class:`HistoryCSVLogger`,
   :class:`KeptOpenTensorBoardLogger`, :class:`FlushLogsOnCheckpoint`,
-  :class:`StepLearningRate`, :class:`TrainingThroughput`.
+  :class:`StepLearningRate`.
+* :mod:`~normzoo.run.callbacks.throughput` — :class:`TrainingThroughput`.
+* :mod:`~normzoo.run.callbacks.late` — :class:`LateLogs`.
 """
 
 from normzoo.run.callbacks.checkpoints import (
@@ -21,17 +23,18 @@ from normzoo.run.callbacks.checkpoints import (
     RollingCheckpoints,
     ValidateAtMaxSteps,
 )
+from normzoo.run.callbacks.late import LateLogs
 from normzoo.run.callbacks.logs import (
     FlushLogsOnCheckpoint,
     HistoryCSVLogger,
     HistoryWriter,
     KeptOpenTensorBoardLogger,
     StepLearningRate,
-    TrainingThroughput,
 )
 from normzoo.run.callbacks.signals import StopOnSignal
+from normzoo.run.callbacks.throughput import TrainingThroughput
 
 __all__ = ["AtomicCheckpointIO", "BetweenEpochs", "FlushLogsOnCheckpoint", "HistoryCSVLogger",
-           "HistoryWriter", "KeptOpenTensorBoardLogger", "RelocateCheckpoints",
+           "HistoryWriter", "KeptOpenTensorBoardLogger", "LateLogs", "RelocateCheckpoints",
            "RollingCheckpoints", "StepLearningRate", "StopOnSignal", "TrainingThroughput",
            "ValidateAtMaxSteps"]

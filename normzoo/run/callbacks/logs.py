@@ -5,32 +5,28 @@
 * :class:`KeptOpenTensorBoardLogger` keeps one event file from the first step to the end, and
   keeps a failed write's error (:class:`EventRecords`) for the run to report, naming the file;
 * :class:`FlushLogsOnCheckpoint` writes the loggers' buffered rows with every checkpoint;
-* :class:`StepLearningRate` and :class:`TrainingThroughput` log once per optimizer step and
-  the training throughput only; the throughput waits for the GPU only where a logged figure
-  reads the clock.
+* :class:`StepLearningRate` logs once per optimizer step.
+
+The training throughput: :mod:`normzoo.run.callbacks.throughput`; the task's scalars, read from
+the device late: :mod:`normzoo.run.callbacks.late`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import time
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from lightning.fabric.loggers.logger import rank_zero_experiment
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ThroughputMonitor
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.trainer.states import RunningStage
-from lightning.pytorch.utilities import rank_zero_only
 
 from normzoo.io.atomic import atomic_write_text
-from normzoo.run.hardware import peak_bf16_flops
+from normzoo.run.callbacks.late import LateLogs
 from normzoo.run.history import read_header, read_metrics, write_metrics
-from normzoo.tasks.base import sentences, tokens
 
 
 @contextlib.contextmanager
@@ -188,13 +184,19 @@ class KeptOpenTensorBoardLogger(TensorBoardLogger):
 
 
 class FlushLogsOnCheckpoint(Callback):
-    """Write the loggers' buffered rows whenever a checkpoint is saved.
+    """Write the loggers' buffered rows whenever a checkpoint is saved, the scalars still on
+    their way from the device (``late``) first.
 
     A run killed later loses no logged history that its checkpoint covers: the resumed run
     picks up both from the same step.
     """
 
+    def __init__(self, late: LateLogs | None = None) -> None:
+        self.late = late
+
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        if self.late is not None:
+            self.late.write_all(trainer)
         for logger in trainer.loggers:
             logger.save()
 
@@ -213,118 +215,3 @@ class StepLearningRate(LearningRateMonitor):
     def on_train_batch_start(self, trainer, *args: Any, **kwargs: Any) -> None:
         if not trainer.fit_loop._should_accumulate():
             super().on_train_batch_start(trainer, *args, **kwargs)
-
-
-def on_gpu(trainer: Any) -> bool:
-    """Whether the run's device is a GPU, whose queued kernels the clock does not see."""
-    return trainer.strategy.root_device.type == "cuda"
-
-
-def clock_read(trainer: Any) -> bool:
-    """Whether a logged throughput figure reads the time at the end of the training batch that
-    just ended: a batch of a step whose metrics are written (``train/time``, and the end of the
-    rate's two-batch window), or the last batch of the step before it (the window's start)."""
-    if trainer._logger_connector.should_update_logs:
-        return True
-    stepped = trainer.fit_loop.epoch_loop._batches_that_stepped  # steps before this one
-    every = max(trainer.log_every_n_steps, 1)
-    return not trainer.fit_loop._should_accumulate() and (stepped + 2) % every == 0
-
-
-class TrainingThroughput(ThroughputMonitor):
-    """Lightning's ThroughputMonitor, logging the training throughput only, and waiting for the
-    GPU only at the batches whose time a logged figure reads.
-
-    It still times validation, to leave it out of the training time, but does not log it:
-    Lightning would log validation throughput with the count of validation batches as the
-    step, rows out of step with the training steps in ``metrics.csv`` and the other logs.
-
-    Lightning synchronises the GPU at the end of every batch, so that its clock counts the
-    batch's kernels: every step's kernels then had to finish before the host queued the next
-    step's. Here only the batches :func:`clock_read` names are synchronised (two per
-    ``trainer.log_every_steps``, or one more per accumulated batch), which are all that the
-    logged figures read; and once before each validation, whose time is left out of
-    training's, so that kernels training queued still count as training.
-    """
-
-    def __init__(self) -> None:
-        # A window of two updates: each logged rate is the last batch's tokens (examples,
-        # FLOPs) over the time since the batch before it ended, its data loading included.
-        super().__init__(batch_size_fn=sentences, length_fn=tokens, window_size=2)
-        self._unsynchronised: float | None = None  # the last training batch's time, if unsynced
-        self._drained = 0.0  # training's kernels finished after validation's clock started
-
-    @torch.inference_mode()
-    def _update(self, trainer: Any, pl_module: Any, batch: Any, iter_num: int) -> None:
-        """Lightning's (2.6) update, with its ``torch.cuda.synchronize()`` on every batch kept
-        for the batches whose time is read (:func:`clock_read`) and for validation's."""
-        stage = trainer.state.stage
-        training = stage == RunningStage.TRAINING
-        synchronise = on_gpu(trainer) and (not training or clock_read(trainer))
-        if synchronise:
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - self._t0s[stage]
-        if training:
-            self._unsynchronised = None if synchronise or not on_gpu(trainer) else elapsed
-        self._lengths[stage] += self.length_fn(batch)
-        self._samples[stage] += self.batch_size_fn(batch)
-        self._batches[stage] += 1
-        self._throughputs[stage].update(
-            time=elapsed, batches=self._batches[stage], samples=self._samples[stage],
-            lengths=self._lengths[stage], flops=pl_module.flops_per_batch)
-
-    @rank_zero_only
-    def on_validation_start(self, trainer: Any, *args: Any) -> None:
-        if self._unsynchronised is not None and not trainer.sanity_checking:
-            torch.cuda.synchronize()
-            finished = time.perf_counter() - self._t0s[RunningStage.TRAINING]
-            self._drained = max(finished - self._unsynchronised, 0.0)
-            self._unsynchronised = None
-        super().on_validation_start(trainer, *args)
-
-    @rank_zero_only
-    def on_validation_end(self, trainer: Any, *args: Any) -> None:
-        super().on_validation_end(trainer, *args)
-        if self._drained:  # Lightning left out of training the time from its last batch's end;
-            # the GPU was still running training's kernels for the first `drained` s of it.
-            self._t0s[RunningStage.TRAINING] -= self._drained
-            self._drained = 0.0
-
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        """For a bf16 run on a GPU, normzoo's dense bf16 peak (the one
-        ``benchmarks/peers.py`` divides by); Lightning's peak otherwise. Lightning's table
-        misses the H200 by the name torch gives it and lists the sparse figure for some
-        parts (the H100 NVL), which would halve their MFU."""
-        super().setup(trainer, pl_module, stage)
-        device = trainer.strategy.root_device
-        if device.type != "cuda" or not str(trainer.precision).startswith("bf16"):
-            return
-        if peak := peak_bf16_flops(torch.cuda.get_device_name(device)):
-            self.available_flops = peak[0]
-            for throughput in self._throughputs.values():
-                throughput.available_flops = peak[0]
-
-    def state_dict(self) -> dict[str, Any]:
-        """Training's counters and time at the checkpoint: a resumed run's ``train/batches``,
-        ``train/samples``, ``train/lengths`` and ``train/time`` go on from them rather than
-        from zero."""
-        stage = RunningStage.TRAINING
-        times = self._throughputs[stage]._time if stage in self._throughputs else ()
-        return {"batches": self._batches.get(stage, 0), "samples": self._samples.get(stage, 0),
-                "lengths": self._lengths.get(stage, 0), "time": times[-1] if times else 0.0}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._resumed = dict(state_dict)
-
-    def on_train_start(self, trainer: Any, *args: Any) -> None:
-        super().on_train_start(trainer, *args)
-        resumed, self._resumed = getattr(self, "_resumed", None), None
-        if resumed and trainer.is_global_zero:
-            stage = RunningStage.TRAINING
-            for name in ("batches", "samples", "lengths"):
-                getattr(self, f"_{name}")[stage] = resumed[name]
-            self._t0s[stage] -= resumed["time"]  # the clock reads the time trained before too
-
-    def _compute(self, trainer, iter_num: int | None = None) -> None:
-        if trainer.state.stage == RunningStage.TRAINING:
-            super()._compute(trainer, iter_num)
