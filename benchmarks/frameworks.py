@@ -119,7 +119,8 @@ def normzoo_train(size: Size, vocab_size: int, compiled: bool = False) -> TrainS
     recipe = from_dict({"task": "translation", "model": normzoo_config(size),
                         "optim": {"lr": LR, "betas": list(BETAS), "eps": EPS,
                                   "label_smoothing": LABEL_SMOOTHING},
-                        "trainer": {"compile": compiled}})
+                        # the whole model and loss one region, as the peers compile theirs
+                        "trainer": {"compile": compiled, "compile_scope": "model"}})
     recipe = batch_ladder(recipe)  # as peers_data pads the batches: static shapes on a GPU
     task = TranslationModule(recipe, vocab_size)
     optimizer, scheduler = build_optimizer(task.model, recipe.optim, recipe.trainer.max_steps)

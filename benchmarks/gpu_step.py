@@ -1,27 +1,35 @@
 """normzoo's bare training step on a GPU, eager or compiled: what ``gpu_check.sh`` times against
 ``normzoo train`` and profiles.
 
-    python benchmarks/gpu_step.py --out STEP.json [--compile] [--size base] [--max-tokens N]
-        [--train-batches N] [--reps N] [--warmup N] [--precision bf16] [--data DIR]
-        [--batches PATH] [--profile PATH.md] [--dry-run]
+    python benchmarks/gpu_step.py --out STEP.json [--compile [--compile-scope layers|model]]
+        [--size base] [--max-tokens N] [--train-batches N] [--reps N] [--warmup N]
+        [--precision bf16] [--data DIR] [--batches PATH] [--profile PATH.md] [--dry-run]
 
 The step is ``peers.py``'s normzoo step (``frameworks.normzoo_train``: ``TranslationModule``'s
 loss, backward, normzoo's AdamW and schedule, no Lightning), on ``peers.py``'s batches
 (Multi30k packed by token budget, padded to a ladder of 12 lengths as ``normzoo train`` pads
 them on a GPU). ``--compile`` runs it through ``trainer.compile``'s own
-compiled step (``normzoo.tasks.compiled``).
+compiled step (``normzoo.tasks.compiled``); ``--compile-scope`` sets
+``trainer.compile_scope`` (``model`` or ``layers``; how each is applied, on a normzoo without
+the key too, and each shape's compile timed: :mod:`gpu_compile`).
+``--backend eager`` traces with TorchDynamo and runs the graphs as they are, without inductor's
+code generation: the compiled path checked on a CPU in seconds (the tests).
 
 In order, each phase written to ``--out`` as it ends, so a step stopped by its time limit
 still leaves what it measured (and the phase it was in):
 
 1. **first visits**: one step on one batch of each shape among the batches, each timed (ms):
    what a new shape costs. Compiled, the visits that compiled (the first, and any shape that
-   recompiles) add up to ``compile_s``, with TorchDynamo's compiles and its reasons;
+   recompiles) add up to ``compile_s``, with TorchDynamo's compiles and its reasons; each
+   visit's seconds in ``compile_s_per_visit`` (the step itself included: under 0.1 s on an
+   H200), the first's apart (``compile_s_first``: the process's first compile pays for
+   starting inductor) from the most a later new shape cost (``compile_s_new_shape``);
 2. **timing**: ``--warmup`` untimed steps, then ``--reps`` timed ones, every one on a shape
    already seen: target tokens/s and MFU by :mod:`gpu_flops` (model FLOPs over real lengths,
    6ND and padded beside it);
 3. **profile** (``--profile``): ``--profile-steps`` more steps under torch's profiler; the 20
-   kernels with the most device time (self time, per step) as a Markdown table.
+   kernels with the most device time (self time, per step) as a Markdown table
+   (:mod:`gpu_profile`).
 
 ``--batches PATH`` keeps the tokenized, packed batches: read from PATH where it exists, else
 made and written there, so a second run (the compiled one) skips the tokenizer;
@@ -41,11 +49,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
-from common import MULTI30K, first_visits, rate_summary, table, timed
+from common import MULTI30K, first_visits, rate_summary, timed
 from frameworks import SIZES, bf16, normzoo_train, size_of
+from gpu_compile import SCOPES, VisitCompiles, scope_plan, scoped_setup
 from gpu_flops import EncoderDecoder, batch_lengths, six_nd, step_flops, utilisation
-
-KERNELS = 20  # rows of the profile table
+from gpu_profile import KERNELS, write_profile
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -53,6 +61,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="the figures, as JSON")
     parser.add_argument("--compile", action="store_true",
                         help="trainer.compile's step (static shapes on the ladder)")
+    parser.add_argument("--compile-scope", choices=SCOPES, default=None,
+                        help="trainer.compile_scope: the loss and model as one region (model) "
+                        "or each layer class and the model's ends (layers); default the "
+                        "recipe's auto")
+    parser.add_argument("--backend", choices=("inductor", "eager"), default="inductor",
+                        help="what turns the traced graphs into code (eager: TorchDynamo's "
+                        "tracing alone, for a check on a CPU)")
     parser.add_argument("--size", choices=sorted(SIZES), default="base")
     parser.add_argument("--max-tokens", type=int, default=25000,
                         help="token budget of a batch (padding included)")
@@ -77,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--prepare-only needs --batches")
     if not args.prepare_only and args.out is None:
         parser.error("--out is required")
+    if args.compile_scope and not args.compile:
+        parser.error("--compile-scope needs --compile")
     for name in ("train_batches", "reps", "profile_steps", "max_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -133,41 +150,12 @@ def load_batches(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
-def profile_table(setup_step, steps: int, sync, cuda: bool) -> list[str]:
-    """The :data:`KERNELS` kernels (ops on a CPU) with the most self time over ``steps`` steps
-    under torch's profiler, per step, as Markdown."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            setup_step()
-        sync()
-
-    def self_us(event: Any) -> float:
-        if not cuda:
-            return event.self_cpu_time_total
-        return getattr(event, "self_device_time_total",
-                       getattr(event, "self_cuda_time_total", 0.0))
-
-    events = [e for e in prof.key_averages() if self_us(e) > 0]
-    total = sum(self_us(e) for e in events)
-    top = sorted(events, key=self_us, reverse=True)[:KERNELS]
-    where = "device" if cuda else "CPU"
-    rows = [[f"`{e.key[:100]}`", f"{self_us(e) / 1e3 / steps:,.3f}",
-             f"{100 * self_us(e) / total:.1f}%", f"{e.count / steps:g}"] for e in top]
-    return [f"Self {where} time per step, {steps} steps profiled; {len(events)} kernels in "
-            f"all, {total / 1e3 / steps:,.2f} ms of {where} time per step.", "",
-            *table(["kernel", "ms per step", f"of {where} time", "calls per step"], rows)]
-
-
 def measure(args: argparse.Namespace, phases: Phases) -> None:
     import torch
     from peers import sync, train_step
 
     from normzoo.data.tokenizer import PAD
     from normzoo.run.hardware import peak_bf16_flops
-    from normzoo.tasks.compiled import CompileCount
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -180,7 +168,15 @@ def measure(args: argparse.Namespace, phases: Phases) -> None:
     train = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()}
              for b in data["train"]]
     size = size_of(args)
-    setup = normzoo_train(size, data["vocab_size"], compiled=args.compile)
+    if args.compile:
+        from normzoo.tasks import compiled
+
+        compiled.BACKEND = args.backend
+    if args.compile_scope:
+        setup, result["scope_applied"] = scoped_setup(size, data["vocab_size"],
+                                                      args.compile_scope)
+    else:
+        setup = normzoo_train(size, data["vocab_size"], compiled=args.compile)
     setup.model.to(device).train()
     sizes = EncoderDecoder.of(size, data["vocab_size"])
     params = sum(p.numel() for p in setup.model.parameters())
@@ -190,34 +186,29 @@ def measure(args: argparse.Namespace, phases: Phases) -> None:
                   corpus=data["corpus"], bf16=half,
                   peak_flops=peak[0] if peak else None, peak_source=peak[1] if peak else None)
     wait = sync(device)
-    count = CompileCount() if args.compile else None
+    compiles = VisitCompiles() if args.compile else None
 
     phases.begin("first visits")
-    compiled_at: list[int] = []  # the compiles each first visit made
 
     def visit(batch: dict[str, Any]) -> None:
         """A first visit, its cost kept as it ends: a limit that stops a later one (a compile)
         leaves the earlier ones in ``--out``."""
-        before, start = count.compiles if count is not None else 0, time.perf_counter()
+        if compiles is not None:
+            compiles.start()
+        start = time.perf_counter()
         train_step(setup, batch, device, args.precision)
         wait()
-        compiled_at.append(count.compiles - before if count is not None else 0)
         done = result.setdefault("first_visits_done_ms", [])
         done.append(1000 * (time.perf_counter() - start))
-        if count is not None:
-            result["compile_s"] = sum(ms for ms, made in zip(done, compiled_at, strict=True)
-                                      if made) / 1000
+        if compiles is not None:
+            result.update(compiles.visited(done))
         phases.write()
 
     visits = first_visits(train, visit, wait)
     result.update(shapes=len(visits), first_visit_ms=visits,
                   first_visit_ms_max=max(visits.values()))
-    if count is not None:  # compile time: the first visits that compiled (forward, backward)
-        compiles, reasons = count.new_since()
-        result.update(compile_s=sum(ms for ms, made in zip(visits.values(), compiled_at,
-                                                           strict=True) if made) / 1000,
-                      compiles=compiles, compiles_per_visit=compiled_at,
-                      recompile_reasons=reasons[:10])
+    if compiles is not None:
+        result.update(compiles.figures(visits))
 
     phases.begin("timing")
     order, stepped = cycle(range(len(train))), []
@@ -234,26 +225,25 @@ def measure(args: argparse.Namespace, phases: Phases) -> None:
     padded = sum(step_flops(sizes, *batch_lengths(b, PAD, padded=True)) for b in batches)
     result.update(
         samples=samples, rate=rate_summary(samples), tokens_per_s=tokens / seconds,
+        step_s=seconds / len(samples),
         model_flops_per_s=flops / seconds, flops_per_target_token=flops / tokens,
         mfu=utilisation(flops / seconds, result["peak_flops"]),
         mfu_padded=utilisation(padded / seconds, result["peak_flops"]),
         mfu_6nd=utilisation(six_nd(params, tokens) / seconds, result["peak_flops"]))
-    if count is not None:
-        result["compiles_while_timed"] = count.new_since()[0]
+    if compiles is not None:
+        result["compiles_while_timed"] = compiles.while_timed()
     if cuda:
         result["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
 
     if args.profile is not None:
         phases.begin("profile")
-        lines = [f"# normzoo's bare training step{' (compiled)' if args.compile else ''}: "
-                 f"the top {KERNELS} kernels ({result['device']})", "",
-                 f"Transformer-{args.size} (d_model {size.d_model}, {size.layers}+"
-                 f"{size.layers} layers, vocabulary {data['vocab_size']}), batches of up to "
-                 f"{size.max_tokens:,} tokens, "
-                 f"{'bf16 autocast' if half else 'float32'}; every shape visited before.", "",
-                 *profile_table(step, args.profile_steps, wait, cuda)]
-        args.profile.parent.mkdir(parents=True, exist_ok=True)
-        args.profile.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        heading = [f"# normzoo's bare training step{' (compiled)' if args.compile else ''}: "
+                   f"the top {KERNELS} kernels ({result['device']})", "",
+                   f"Transformer-{args.size} (d_model {size.d_model}, {size.layers}+"
+                   f"{size.layers} layers, vocabulary {data['vocab_size']}), batches of up to "
+                   f"{size.max_tokens:,} tokens, "
+                   f"{'bf16 autocast' if half else 'float32'}; every shape visited before.", ""]
+        write_profile(args.profile, heading, step, args.profile_steps, wait, cuda)
         result["profile"] = args.profile.name
     phases.begin("done")
 
@@ -262,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     size = size_of(args)
     kind = "compiled (trainer.compile's step)" if args.compile else "eager"
+    if args.compile:
+        kind += f", scope: {scope_plan(args.compile_scope)}"
+        if args.backend != "inductor":
+            kind += f", backend {args.backend}"
     found = (args.data / "train.en").is_file()
     print(f"bare step, {kind}: size {args.size} ({size.max_tokens:,} tokens a batch), "
           f"precision {args.precision}, {args.train_batches} batches (every shape visited "
@@ -276,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         data = load_batches(args)
         print(f"{len(data['train'])} batches of {data['corpus']} -> {args.batches}")
         return 0
-    phases = Phases(args.out, {"compiled": args.compile, "size": args.size,
+    phases = Phases(args.out, {"compiled": args.compile, "compile_scope": args.compile_scope,
+                               "size": args.size,
                                "max_tokens": size.max_tokens, "precision": args.precision,
                                "reps": args.reps, "warmup": args.warmup})
     measure(args, phases)
@@ -284,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result['tokens_per_s']:,.0f} target tokens/s, MFU "
           f"{_percent(result['mfu'])} (6ND {_percent(result['mfu_6nd'])}), first visits "
           f"{result['shapes']} shapes, max {result['first_visit_ms_max']:,.0f} ms"
-          + (f", compile {result['compile_s']:.1f} s" if args.compile else ""), flush=True)
+          + (f", compile {result['compile_s']:.1f} s ({result['compiles']} compiles; a new "
+             f"shape after the first {_seconds(result['compile_s_new_shape'])})"
+             if args.compile else ""), flush=True)
     if args.compile:
         # On an H200 (2026-11-28) the compiled step printed its figures and then did not exit
         # within the 20 s left of its limit: the interpreter's shutdown waited on something
@@ -297,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} s"
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """The GPU check's summary: every step's headline figure in one JSON file and a Markdown report
 beside it, ``gpu-check-<device>.{json,md}``, written last by ``gpu_check.sh`` from what the
-steps left. A step that failed or ran out of time leaves its figures as null, and the step
-table says which and how.
+steps left, with issue 61's goals (``gpu_goals.py``) each met, not met or unmeasured. A step
+that failed or ran out of time leaves its figures as null, and the step table says which and how.
 
     python benchmarks/gpu_summary.py --work DIR --results DIR --slug DEVICE --out PATH.json
         [--dry-run]
 
 Reads from ``--work`` (the check's own scratch folder, which does not come back):
-``steps.txt`` (a line ``NAME EXIT SECONDS LIMIT`` per step), ``step.json`` and
-``step-compiled.json`` (``gpu_step.py``), ``train.json`` (``gpu_train.py``); and from
-``--results``: ``peers-DEVICE.json`` and ``attention-DEVICE.json``.
+``steps.txt`` (a line ``NAME EXIT SECONDS LIMIT`` per step), ``step.json`` (``gpu_step.py``,
+eager), ``step-layers.json`` and ``step-model.json`` (``gpu_step.py --compile
+--compile-scope``), ``train.json`` (``gpu_train.py``, logging every 10 steps) and
+``train-log1.json`` (every step, host synchronisations counted); and from ``--results``:
+``peers-DEVICE.json`` and, where a call ran it, ``attention-DEVICE.json``.
 """
 
 from __future__ import annotations
@@ -22,16 +24,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
 from common import machine, machine_lines, table
+from gpu_compile import SCOPES, auto_scope
 from gpu_flops import MFU_DEFINITION
+from gpu_goals import RATIOS, verdicts
 from gpu_train import MFU_DEFINITION as TRAIN_MFU_DEFINITION
 
+# The figures of each compiled step, by scope: f"{name}_{scope}".
+SCOPED = ("step_tokens_per_s", "step_mfu", "step_mfu_6nd", "compiled_vs_eager", "compile_s",
+          "compile_s_first", "compile_s_new_shape", "compile_s_per_shape", "compiles",
+          "first_visit_ms_max_compiled")
 # The keys every summary has, null where the step behind one did not deliver it.
 KEYS = ("step_tokens_per_s", "step_mfu", "step_mfu_6nd", "step_mfu_padded",
-        "step_tokens_per_s_compiled", "step_mfu_compiled", "step_mfu_compiled_6nd",
-        "compile_s", "compiles", "first_visit_ms_max", "first_visit_ms",
-        "first_visit_ms_max_compiled", "train_tokens_per_s", "train_mfu", "train_mfu_6nd",
-        "train_vs_step", "train_vs_step_compiled", "normzoo_vs_x_transformers",
-        "greedy_vs_generate", "beam_vs_generate", "peers_first_visit_ms_max", "peak_flops")
+        "first_visit_ms_max", "first_visit_ms",
+        *(f"{name}_{scope}" for scope in SCOPES for name in SCOPED),
+        "train_tokens_per_s", "train_mfu", "train_mfu_6nd", "train_vs_step",
+        "train_tokens_per_s_log1", "train_mfu_log1", "train_vs_step_log1",
+        "syncs_per_step", "syncs_steps_counted",
+        "normzoo_vs_x_transformers", "greedy_vs_generate", "beam_vs_generate",
+        "peers_first_visit_ms_max", "peak_flops")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -74,42 +84,84 @@ def _over(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def summarise(steps: list[dict[str, Any]], step: dict | None, compiled: dict | None,
-              train: dict | None, peers: dict | None, attention: dict | None) -> dict[str, Any]:
-    """The summary's figures (every key of :data:`KEYS`, null where missing)."""
-    step, compiled, train = step or {}, compiled or {}, train or {}
+def _new_shape(compiled: dict[str, Any]) -> float | None:
+    """The slowest first visit after the first, from a finished step or one its limit stopped
+    (``first_visits_done_ms``, written after each visit)."""
+    if compiled.get("compile_s_new_shape") is not None:
+        return compiled["compile_s_new_shape"]
+    done = compiled.get("first_visits_done_ms") or []
+    return max(done[1:]) / 1000 if len(done) > 1 else None
+
+
+def _first(compiled: dict[str, Any]) -> float | None:
+    if compiled.get("compile_s_first") is not None:
+        return compiled["compile_s_first"]
+    done = compiled.get("first_visits_done_ms") or []
+    return done[0] / 1000 if done else None
+
+
+def scoped_figures(scope: str, compiled: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+    """One compile step's figures, named ``*_{scope}``."""
+    eager = step.get("model_flops_per_s") or None
+    ratio = (_over(compiled.get("model_flops_per_s"), eager) if eager
+             else _over(compiled.get("tokens_per_s"), step.get("tokens_per_s")))
+    figures = {"step_tokens_per_s": compiled.get("tokens_per_s"),
+               "step_mfu": compiled.get("mfu"), "step_mfu_6nd": compiled.get("mfu_6nd"),
+               "compiled_vs_eager": ratio, "compile_s": compiled.get("compile_s"),
+               "compile_s_first": _first(compiled), "compile_s_new_shape": _new_shape(compiled),
+               "compile_s_per_shape": compiled.get("compile_s_per_shape"),
+               "compiles": compiled.get("compiles"),
+               "first_visit_ms_max_compiled": compiled.get("first_visit_ms_max")}
+    return {f"{name}_{scope}": value for name, value in figures.items()}
+
+
+def summarise(steps: list[dict[str, Any]], step: dict | None,
+              compiled: dict[str, dict | None] | None, train: dict | None,
+              train_log1: dict | None, peers: dict | None,
+              attention: dict | None) -> dict[str, Any]:
+    """The summary's figures (every key of :data:`KEYS`, null where missing) and the goals'
+    verdicts. ``compiled``: each scope's compile step, by scope."""
+    step, train, train_log1 = step or {}, train or {}, train_log1 or {}
+    compiled = {scope: (compiled or {}).get(scope) or {} for scope in SCOPES}
     figures: dict[str, Any] = dict.fromkeys(KEYS)
     figures.update(
         step_tokens_per_s=step.get("tokens_per_s"), step_mfu=step.get("mfu"),
         step_mfu_6nd=step.get("mfu_6nd"), step_mfu_padded=step.get("mfu_padded"),
         first_visit_ms_max=step.get("first_visit_ms_max"),
         first_visit_ms=step.get("first_visit_ms"),
-        step_tokens_per_s_compiled=compiled.get("tokens_per_s"),
-        step_mfu_compiled=compiled.get("mfu"), step_mfu_compiled_6nd=compiled.get("mfu_6nd"),
-        compile_s=compiled.get("compile_s"), compiles=compiled.get("compiles"),
-        first_visit_ms_max_compiled=compiled.get("first_visit_ms_max"),
         train_tokens_per_s=train.get("tokens_per_s"), train_mfu=train.get("mfu"),
         train_mfu_6nd=train.get("mfu_6nd"),
         train_vs_step=_over(train.get("tokens_per_s"), step.get("tokens_per_s")),
-        train_vs_step_compiled=_over(train.get("tokens_per_s"), compiled.get("tokens_per_s")),
+        train_tokens_per_s_log1=train_log1.get("tokens_per_s"),
+        train_mfu_log1=train_log1.get("mfu"),
+        train_vs_step_log1=_over(train_log1.get("tokens_per_s"), step.get("tokens_per_s")),
+        syncs_per_step=train_log1.get("syncs_per_step"),
+        syncs_steps_counted=train_log1.get("syncs_steps_counted"),
         normzoo_vs_x_transformers=_ratio(peers, "train", "x-transformers"),
         greedy_vs_generate=_ratio(peers, "greedy", "transformers"),
         beam_vs_generate=_ratio(peers, "beam5", "transformers"),
         peers_first_visit_ms_max=_peers_row(peers, "train", "normzoo").get(
             "first_visit_ms_max"),
-        peak_flops=step.get("peak_flops") or compiled.get("peak_flops")
+        peak_flops=step.get("peak_flops")
+        or next((c["peak_flops"] for c in compiled.values() if c.get("peak_flops")), None)
         or train.get("peak_flops"))
-    stopped = {name: part["stopped"] for name, part in (("step", step), ("compile", compiled))
-               if part.get("stopped")}
-    return {**figures, "peak_source": step.get("peak_source"),
+    for scope, part in compiled.items():
+        figures.update(scoped_figures(scope, part, step))
+    parts = {"step": step, **{f"compile-{scope}": part for scope, part in compiled.items()}}
+    stopped = {name: part["stopped"] for name, part in parts.items() if part.get("stopped")}
+    return {**figures, "goals": verdicts(figures), "auto_scope_cuda": auto_scope(),
+            "peak_source": step.get("peak_source"),
             "mfu_definition": MFU_DEFINITION, "train_mfu_definition": TRAIN_MFU_DEFINITION,
-            "ratios": "train_vs_step: normzoo train's target tokens/s over the bare step's "
-                      "(the same model, vocabulary size and token budget); *_vs_*: normzoo's "
-                      "rate over the other's, from peers.py (greedy and beam 5: sentences/s "
-                      "against Hugging Face generate)",
+            "ratios": RATIOS,
             "steps": steps, "failed": [s["step"] for s in steps if s["exit"] != 0],
             "stopped": stopped, "train_window": train.get("window"),
-            "recompile_reasons": compiled.get("recompile_reasons"),
+            "train_window_log1": train_log1.get("window"),
+            "syncs_where": train_log1.get("syncs_where"),
+            "syncs_note": train_log1.get("syncs_note"),
+            "scope_applied": {scope: part.get("scope_applied") for scope, part in
+                              compiled.items()},
+            "recompile_reasons": {scope: part.get("recompile_reasons") for scope, part in
+                                  compiled.items()},
             "attention": attention}
 
 
@@ -128,30 +180,66 @@ def report_lines(summary: dict[str, Any], info: dict[str, Any], slug: str) -> li
     rows = [
         ["bare step, eager: target tokens/s", _fmt(s["step_tokens_per_s"]),
          f"MFU {_fmt(s['step_mfu'], True)} (6ND {_fmt(s['step_mfu_6nd'], True)}, padded "
-         f"{_fmt(s['step_mfu_padded'], True)})"],
-        ["bare step, compiled: target tokens/s", _fmt(s["step_tokens_per_s_compiled"]),
-         f"MFU {_fmt(s['step_mfu_compiled'], True)} (6ND "
-         f"{_fmt(s['step_mfu_compiled_6nd'], True)}); compile {_fmt(s['compile_s'], unit=' s')}"
-         f", {_fmt(s['compiles'])} compiles"],
+         f"{_fmt(s['step_mfu_padded'], True)})"]]
+    for scope in SCOPES:
+        rows.append(
+            [f"bare step, compiled ({scope}): target tokens/s",
+             _fmt(s[f"step_tokens_per_s_{scope}"]),
+             f"MFU {_fmt(s[f'step_mfu_{scope}'], True)} (6ND "
+             f"{_fmt(s[f'step_mfu_6nd_{scope}'], True)}); "
+             f"{_fmt(s[f'compiled_vs_eager_{scope}'], unit='x')} eager"])
+        rows.append(
+            [f"compile ({scope}): a new shape", _fmt(s[f"compile_s_new_shape_{scope}"], unit=" s"),
+             f"the first {_fmt(s[f'compile_s_first_{scope}'], unit=' s')}; "
+             f"{_fmt(s[f'compiles_{scope}'])} compiles"])
+    rows += [
         ["first visit of a shape, eager (max)", _fmt(s["first_visit_ms_max"], unit=" ms"),
-         f"compiled {_fmt(s['first_visit_ms_max_compiled'], unit=' ms')}; peers' normzoo "
-         f"{_fmt(s['peers_first_visit_ms_max'], unit=' ms')}"],
-        ["normzoo train: target tokens/s", _fmt(s["train_tokens_per_s"]),
-         f"MFU as logged {_fmt(s['train_mfu'], True)} (6ND {_fmt(s['train_mfu_6nd'], True)}); "
+         f"peers' normzoo {_fmt(s['peers_first_visit_ms_max'], unit=' ms')}"],
+        ["normzoo train, logging every 10 steps: target tokens/s",
+         _fmt(s["train_tokens_per_s"]),
+         f"{_fmt(s['train_vs_step'], unit='x')} the bare step; MFU as logged "
+         f"{_fmt(s['train_mfu'], True)} (6ND {_fmt(s['train_mfu_6nd'], True)}); "
          f"{s['train_window'] or 'no window'}"],
-        ["train end to end vs the bare step", _fmt(s["train_vs_step"]),
-         f"vs the compiled step {_fmt(s['train_vs_step_compiled'])}"],
+        ["normzoo train, logging every step: target tokens/s",
+         _fmt(s["train_tokens_per_s_log1"]),
+         f"{_fmt(s['train_vs_step_log1'], unit='x')} the bare step; MFU as logged "
+         f"{_fmt(s['train_mfu_log1'], True)}; {s['train_window_log1'] or 'no window'}"],
+        ["host synchronisations per training step", _fmt(s["syncs_per_step"]),
+         s["syncs_note"] or f"over {_fmt(s['syncs_steps_counted'])} steps, logging every step"],
         ["normzoo vs x-transformers, training", _fmt(s["normzoo_vs_x_transformers"]), ""],
-        ["greedy vs Hugging Face generate", _fmt(s["greedy_vs_generate"]), "sentences/s"],
-        ["beam 5 vs Hugging Face generate", _fmt(s["beam_vs_generate"]), "sentences/s"],
     ]
+    for key, label in (("greedy_vs_generate", "greedy"), ("beam_vs_generate", "beam 5")):
+        if s[key] is not None:  # the check's peers step trains only
+            rows.append([f"{label} vs Hugging Face generate", _fmt(s[key]), "sentences/s"])
+    goals = [[g["goal"], _fmt(g["value"], percent="MFU" in g["goal"]), g["verdict"]]
+             for g in s["goals"]]
     lines = [f"# GPU check ({slug})", "", *machine_lines(info), "",
-             *table(["figure", "value", "beside it"], rows), ""]
+             *table(["figure", "value", "beside it"], rows), "",
+             "## Goals (issue 61)", "", *table(["goal", "measured", "verdict"], goals), ""]
+    if s.get("auto_scope_cuda"):
+        lines += [f"`trainer.compile_scope: auto` compiles `{s['auto_scope_cuda']}` on a CUDA "
+                  "device.", ""]
+    for scope, applied in s["scope_applied"].items():
+        if applied:
+            lines.append(f"- compiled, {scope}: {applied}")
+    if any(s["scope_applied"].values()):
+        lines.append("")
+    if s["syncs_where"]:
+        lines += ["Where the training steps synchronised (innermost frames first):", ""]
+        lines += [f"- {w['count']} x (first at step {w['first_step']}): "
+                  + " < ".join(f"`{f}`" for f in w["frames"]) for w in s["syncs_where"]]
+        lines.append("")
     if s["first_visit_ms"]:
         lines += ["First visit of each batch shape (eager bare step), ms: " + "; ".join(
             f"{shape}: {ms:,.0f}" for shape, ms in s["first_visit_ms"].items()), ""]
-    if s["recompile_reasons"]:
-        lines += ["Recompiles: " + "; ".join(f"`{r}`" for r in s["recompile_reasons"]), ""]
+    for scope in SCOPES:
+        if s[f"compile_s_per_shape_{scope}"]:
+            lines += [f"First visit of each batch shape, compiled ({scope}), s: " + "; ".join(
+                f"{shape}: {sec:,.1f}"
+                for shape, sec in s[f"compile_s_per_shape_{scope}"].items()), ""]
+    for scope, reasons in s["recompile_reasons"].items():
+        if reasons:
+            lines += [f"Recompiles ({scope}): " + "; ".join(f"`{r}`" for r in reasons), ""]
     lines += ["## Steps", "", *table(
         ["step", "outcome", "exit", "seconds", "limit"],
         [[x["step"], x["outcome"], str(x["exit"]), str(x["seconds"]), str(x["limit"])]
@@ -163,6 +251,15 @@ def report_lines(summary: dict[str, Any], info: dict[str, Any], slug: str) -> li
     return lines
 
 
+def inputs(work: Path, results: Path, slug: str) -> dict[str, Path]:
+    """What the summary reads, by name."""
+    return {"steps": work / "steps.txt", "step": work / "step.json",
+            **{scope: work / f"step-{scope}.json" for scope in SCOPES},
+            "train": work / "train.json", "train_log1": work / "train-log1.json",
+            "peers": results / f"peers-{slug}.json",
+            "attention": results / f"attention-{slug}.json"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True)
@@ -171,17 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the JSON; Markdown beside it")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
-    inputs = {"steps": args.work / "steps.txt", "step": args.work / "step.json",
-              "compiled": args.work / "step-compiled.json", "train": args.work / "train.json",
-              "peers": args.results / f"peers-{args.slug}.json",
-              "attention": args.results / f"attention-{args.slug}.json"}
-    print(f"summary of {', '.join(str(p) for p in inputs.values())} -> {args.out} and "
+    paths = inputs(args.work, args.results, args.slug)
+    print(f"summary of {', '.join(str(p) for p in paths.values())} -> {args.out} and "
           f"{args.out.with_suffix('.md').name}")
     if args.dry_run:
         return 0
-    summary = summarise(read_steps(inputs["steps"]), *(
-        read_json(inputs[name]) for name in ("step", "compiled", "train", "peers",
-                                             "attention")))
+    read = {name: read_json(path) for name, path in paths.items() if name != "steps"}
+    summary = summarise(read_steps(paths["steps"]), read["step"],
+                        {scope: read[scope] for scope in SCOPES}, read["train"],
+                        read["train_log1"], read["peers"], read["attention"])
     import torch
 
     info = machine(torch.get_num_threads())

@@ -3,8 +3,9 @@ for a fixed number of steps, bf16-mixed, validation and logging on, and the thro
 the run logs, read back from its ``metrics.csv``. ``gpu_check.sh`` sets it beside the bare
 step (``gpu_step.py``) that it wraps: the same model, vocabulary size and token budget.
 
-    python benchmarks/gpu_train.py --out TRAIN.json [--data DIR] [--steps 50]
-        [--max-tokens 25000] [--vocab 8000] [--run-dir DIR] [--set KEY=VALUE ...] [--dry-run]
+    python benchmarks/gpu_train.py --out TRAIN.json [--data DIR] [--steps 50] [--log-every 10]
+        [--count-syncs] [--max-tokens 25000] [--vocab 8000] [--run-dir DIR]
+        [--set KEY=VALUE ...] [--dry-run]
     python benchmarks/gpu_train.py --prepare-only [--data DIR]   # fill $NORMZOO_CACHE
 
 The recipe's model as it is; the data from ``--data`` (``train`` and ``val``; ``val`` also
@@ -20,6 +21,11 @@ the run has one (their batch shapes were met in the first), else over its second
 MFU is the run's own (``train/device/mfu``: FLOPs counted by torch on its first batch, scaled
 by each batch's target tokens), averaged over the same steps, with 6 × parameters × target
 tokens/s beside it.
+
+``--count-syncs`` counts what the training steps make the host wait for, torch's sync
+detector on from each training batch's start to its end: the same command run in a process of
+this script's (``--syncs-child``), two callbacks added to its Trainer (:mod:`gpu_syncs`); the
+counts join the result (``syncs_per_step``, ``syncs_where``; null without a GPU).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package
 from common import MULTI30K, REPO
 from gpu_flops import six_nd, utilisation
+from gpu_syncs import child_can_count, read_syncs, syncs_child, syncs_path
 
 RECIPE = REPO / "recipes" / "wmt_prenorm.yaml"
 SPLITS = ("train", "val")
@@ -71,10 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--val-every", type=int, default=25)
     parser.add_argument("--log-every", type=int, default=10,
-                        help="trainer.log_every_steps: the throughput monitor synchronises the "
-                        "GPU at each logged step, so every step costs (results/"
-                        "gpu-train-nvidia-h200.md); the rate needs two logged steps after "
-                        "the first epoch")
+                        help="trainer.log_every_steps (the GPU check runs 10 and 1: before "
+                        "issue 61 each logged step synchronised the GPU, results/"
+                        "gpu-train-nvidia-h200.md); the rate needs two logged steps after the "
+                        "first epoch")
+    parser.add_argument("--count-syncs", action="store_true",
+                        help="count the host's waits for the GPU in each training step "
+                        "(torch's sync debug mode; null without a GPU)")
     parser.add_argument("--max-tokens", type=int, default=25000)
     parser.add_argument("--vocab", type=int, default=8000,
                         help="BPE vocabulary (peers.py's base size has 8,000)")
@@ -160,14 +170,28 @@ def peak() -> tuple[float, str] | None:
     return peak_bf16_flops(torch.cuda.get_device_name()) if torch.cuda.is_available() else None
 
 
+def command(args: argparse.Namespace) -> list[str]:
+    """The process that trains: ``python -m normzoo train ...``, or with ``--count-syncs``
+    the same command line run by this script's :func:`syncs_child`."""
+    normzoo = ["train", str(RECIPE), *overrides(args), "--force"]
+    if args.count_syncs:
+        return [sys.executable, str(Path(__file__).resolve()), "--syncs-child",
+                str(syncs_path(args.out)), *normzoo]
+    return [sys.executable, "-m", "normzoo", *normzoo]
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
-    command = [sys.executable, "-m", "normzoo", "train", str(RECIPE), *overrides(args),
-               "--force"]
+    run = command(args)
+    counts = syncs_path(args.out)
+    counts.unlink(missing_ok=True)
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, check=False)
-    result: dict[str, Any] = {"command": " ".join(command[2:]), "returncode": done.returncode,
+    done = subprocess.run(run, cwd=REPO, check=False)
+    result: dict[str, Any] = {"command": " ".join(run[2:]), "returncode": done.returncode,
                               "wall_s": round(time.perf_counter() - started, 1),
-                              "steps": args.steps, "max_tokens": args.max_tokens}
+                              "steps": args.steps, "max_tokens": args.max_tokens,
+                              "log_every": args.log_every}
+    if args.count_syncs:
+        result.update(read_syncs(counts))
     metrics = args.run_dir / "logs" / "csv" / "metrics.csv"
     if not metrics.is_file():
         result["error"] = f"no {metrics}"
@@ -191,6 +215,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--syncs-child"]:
+        syncs_child(Path(argv[1]), argv[2:])
+        return 0
     args = parse_args(argv)
     missing = missing_files(args.data)
     if args.prepare_only:
@@ -206,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         from normzoo.recipe import load
 
         load(RECIPE, overrides(args))  # a ConfigError names every problem
+        if args.count_syncs and not child_can_count(args.out):
+            return 2
         if missing:
             print(f"{args.data}: missing {', '.join(missing)} (gpu_check.sh prepare copies "
                   "them)", file=sys.stderr)
@@ -218,9 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if result.get("tokens_per_s"):
         mfu = result.get("mfu")
-        print(f"normzoo train: {result['tokens_per_s']:,.0f} target tokens/s over "
-              f"{result['window']}; MFU as logged "
+        print(f"normzoo train, logging every {args.log_every}: {result['tokens_per_s']:,.0f} "
+              f"target tokens/s over {result['window']}; MFU as logged "
               f"{'n/a' if mfu is None else f'{100 * mfu:.1f}%'}")
+    if args.count_syncs:
+        per_step = result.get("syncs_per_step")
+        print(f"host synchronisations per training step: "
+              f"{result.get('syncs_note') if per_step is None else f'{per_step:g}'} "
+              f"({result.get('syncs')} over {result.get('syncs_steps_counted')} steps)")
+        for where in result.get("syncs_where", [])[:5]:
+            print(f"  {where['count']} x {' < '.join(where['frames'])}")
     return 0 if result["returncode"] == 0 and result.get("tokens_per_s") else 1
 
 

@@ -58,6 +58,18 @@ def summarise_before(runs: list[dict]) -> dict[str, Any]:
     return summary
 
 
+def bf16_line() -> str:
+    """Whether this CPU trains bf16-mixed in bf16: where it has no bf16 instructions, normzoo
+    trains it in float32 (``normzoo.run.machine``), so both precisions' arms train alike."""
+    from normzoo.run.machine import cpu_supports_bf16
+
+    if cpu_supports_bf16():
+        return "- This CPU has bf16 in hardware: the bf16-mixed arms train in bf16."
+    return ("- This CPU has no bf16 instructions: normzoo trains bf16-mixed in float32 here "
+            "(`normzoo.run.machine`; `NORMZOO_CPU_BF16=1` forces bf16), so the bf16-mixed "
+            "arms are float32 runs through the bf16-mixed setting (the same validation loss).")
+
+
 def before_report(args: argparse.Namespace, info: dict, runs: list[dict],
                   summary: dict) -> list[str]:
     lines = [f"# normzoo train now against {commit(args.before)}, fp32 and bf16-mixed "
@@ -82,4 +94,5 @@ def before_report(args: argparse.Namespace, info: dict, runs: list[dict],
                      f"{s['ratio_max']:.2f}); median {s['tokens_per_s']['now']:,.0f} against "
                      f"{s['tokens_per_s']['before']:,.0f} target tokens/s: {verdict} (noise "
                      f"band {NOISE:.0%}).")
+    lines.append(bf16_line())
     return lines

@@ -123,3 +123,17 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         finally:
             torch.set_num_threads(threads)
     return root / "run" / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture
+def traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Compile with TorchDynamo's eager backend, from an empty cache: the same graphs, guards
+    and compiles as inductor's, without its minute of C++ generation on a CPU."""
+    import torch._dynamo
+
+    from normzoo.tasks import compiled
+
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

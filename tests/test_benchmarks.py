@@ -238,3 +238,25 @@ def test_compile_masks_reports_every_case_eager_and_compiled(tmp_path: Path):
     for case in ("comparison to bool", "comparison to float", "FFN sublayer, boolean masks",
                  "FFN sublayer, normzoo's"):
         assert case in text
+
+
+@pytest.mark.slow  # five processes, about 80 s on 2 cores: kept out of the default run
+def test_compile_regions_times_every_arm_and_reports_it(tmp_path: Path):
+    """The quick start's model made small, traced by TorchDynamo's eager backend (inductor's
+    C++ would take minutes): every arm reports its first step, its new shapes and a steady
+    rate, and the compiled arms their compiles."""
+    quickstart = BENCHMARKS.parent / "recipes" / "quickstart.yaml"
+    text, data = run("compile_regions.py", tmp_path / "regions.md", "--backend", "eager",
+                     "--steps", "1", "--shapes", "2", "--interleave", "2", "--recipe",
+                     str(quickstart),
+                     "model.encoder_layers=2", "model.decoder_layers=1", "data.max_tokens=256")
+    assert [r["arm"] for r in data["runs"]] == ["eager", "model", "layers"]
+    for row in data["runs"]:
+        assert positive(row["to_first_step_s"]) and positive(row["steady_tokens_per_s"])
+        assert len(row["shapes"]) == 2 and row["steady_steps"] == 1
+        assert (row["compiles"] > 0) == (row["arm"] != "eager")
+    assert set(data["summary"]) == {"eager", "model", "layers"}
+    mixed = data["interleaved"]
+    assert all(len(mixed["step_s"][arm]) == 2 for arm in ("eager", "model", "layers"))
+    assert positive(mixed["layers_over_model"]) and positive(mixed["over_eager"]["layers"])
+    assert "| layers |" in text and "--backend eager" in text and "in turn" in text

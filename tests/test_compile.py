@@ -18,8 +18,8 @@ RECIPE = {
 }
 
 
-def task(compile_mode: bool | str) -> TranslationModule:
-    recipe = from_dict({**RECIPE, "trainer": {"compile": compile_mode}})
+def task(compile_mode: bool | str, scope: str = "auto") -> TranslationModule:
+    recipe = from_dict({**RECIPE, "trainer": {"compile": compile_mode, "compile_scope": scope}})
     torch.manual_seed(0)
     return TranslationModule(recipe, vocab_size=50)
 
@@ -37,12 +37,14 @@ def test_compile_is_off_by_default_and_compiles_the_loss_when_asked():
 
 
 @pytest.mark.slow
-def test_the_compiled_step_computes_what_the_eager_one_does():
-    """Through inductor (tests/test_compile_buckets.py traces with the eager backend)."""
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_the_compiled_step_computes_what_the_eager_one_does(scope: str):
+    """Through inductor (tests/test_compile_buckets.py and tests/test_compile_regions.py trace
+    with the eager backend), the whole model or its layers and ends as regions."""
     import torch._dynamo
 
     torch._dynamo.reset()
-    eager, compiled = task(False), task("default")
+    eager, compiled = task(False), task("default", scope)
     compiled.model.load_state_dict(eager.model.state_dict())
     for shape in ((3, 7, 5), (2, 9, 6), (4, 20, 18)):  # new lengths, padded or not: one graph
         src = torch.randint(4, 50, shape[:2])
@@ -50,7 +52,11 @@ def test_the_compiled_step_computes_what_the_eager_one_does():
         batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
         torch.testing.assert_close(compiled.step_terms(batch, 0.1).loss_sum,
                                    eager.loss_terms(batch, 0.1).loss_sum, rtol=1e-4, atol=1e-4)
-    assert compiled._compiles.compiles == 1
+    # one graph for the whole step; or at most one a region (layer class, embedding, stack end)
+    if scope == "model":
+        assert compiled._compiles.compiles == 1
+    else:
+        assert 1 < compiled._compiles.compiles <= compiled._compiled.regions
 
 
 # The small model of each family (dropout on: its masks are in the graph too).

@@ -1,7 +1,8 @@
 """``trainer.compile``'s step (:mod:`normzoo.tasks.compiled`): a batch's lengths padded (as a
 ladder of lengths pads them, :mod:`normzoo.data.shapes`) without changing the loss or the
 gradients, the loss compiled with the model, static shapes on a ladder and dynamic ones
-without, and the compiles a run makes counted, logged and explained.
+without, and the compiles a run makes counted, logged and explained; here for the whole model
+(``trainer.compile_scope: model``), its layers as regions in ``tests/test_compile_regions.py``.
 
 TorchDynamo traces here with the "eager" backend: the same guards, graphs and compiles as
 inductor, without its minute of C++ generation per graph on a CPU."""
@@ -19,7 +20,7 @@ from tiny import tiny
 
 from normzoo.contract import module_class
 from normzoo.recipe import from_dict
-from normzoo.tasks import base, compiled
+from normzoo.tasks import base
 from normzoo.tasks.compiled import compiled_inputs, recompiles_expected
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
@@ -36,17 +37,6 @@ FAMILY_MODELS = {  # dropout 0: a padded batch draws other dropout masks, as any
 PADDING_CASES = [(task, None) for task in BUILTIN_TASKS] + [
     (task, norm) for task in tasks_where(lambda task: task.family == "encoder")
     for norm in norms_where(lambda factory: getattr(factory, "mixes_positions", False))]
-
-
-@pytest.fixture
-def traced(monkeypatch):
-    """Compile with TorchDynamo's eager backend, from an empty cache."""
-    import torch._dynamo
-
-    monkeypatch.setattr(compiled, "BACKEND", "eager")
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def make(task_name: str, **trainer):
@@ -108,7 +98,7 @@ def test_padding_changes_neither_the_loss_nor_the_gradients(task_name: str, norm
 def test_the_compiled_step_computes_the_eager_loss_on_a_few_shapes(traced):
     """Model and loss compile together (the model itself stays uncompiled, so checkpoint keys
     keep their names), and batches of new lengths compile nothing new."""
-    eager, task = make("translation"), make("translation", compile=True)
+    eager, task = make("translation"), make("translation", compile=True, compile_scope="model")
     assert task.model._compiled_call_impl is None
     assert task.model.state_dict().keys() == eager.model.state_dict().keys()
     for rows, length in ((3, 11), (5, 9), (2, 14), (4, 20)):
@@ -124,7 +114,8 @@ def test_on_a_ladder_the_step_compiles_static_shapes_once_each(traced):
     import torch._dynamo.config as dynamo
 
     recipe = from_dict({"task": "translation", "model": FAMILY_MODELS["encoder_decoder"],
-                        "data": {"buckets": [8, 16, 24]}, "trainer": {"compile": True}})
+                        "data": {"buckets": [8, 16, 24]},
+                        "trainer": {"compile": True, "compile_scope": "model"}})
     torch.manual_seed(0)
     task = module_class("translation")(recipe, 50).train()
     eager = make("translation")
@@ -145,11 +136,12 @@ def test_a_compiled_run_logs_its_compiles_and_says_why_past_the_expected(
     monkeypatch.setenv("NORMZOO_CACHE", str(tmp_path / "cache"))
     # Training's graph is expected; validation's (eval mode, no gradients) is one more, and
     # with nothing more expected it is reported, with TorchDynamo's reason.
-    monkeypatch.setattr(base, "recompiles_expected", lambda shapes: 1)
+    monkeypatch.setattr(base, "recompiles_expected", lambda shapes, step=None: 1)
     recipe = from_dict(tiny(run={"dir": str(tmp_path / "run")},
                             data={"buckets": None},
                             trainer={"max_steps": 8, "val_every_steps": 4, "log_every_steps": 1,
-                                     "compile": True, "loggers": ["csv"]}))
+                                     "compile": True, "compile_scope": "model",
+                                     "loggers": ["csv"]}))
     train.run(recipe, "tiny.yaml")
     with open(tmp_path / "run" / "logs" / "csv" / "metrics.csv", newline="") as f:
         logged = [float(r["compile/compiles"]) for r in csv.DictReader(f)

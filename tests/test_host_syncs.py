@@ -287,19 +287,27 @@ def test_the_throughput_never_waits_for_the_gpu_while_training(tmp_path, monkeyp
 # -- a compiled run's count ---------------------------------------------------------------------
 
 
-def test_the_compile_count_is_logged_only_where_it_is_written(monkeypatch):
-    """Logging a host number copies it to the GPU, which waits: only at written steps."""
+@pytest.mark.parametrize("late", [False, True])
+def test_the_compile_count_is_logged_only_where_it_is_written(monkeypatch, late):
+    """With the step's loss, at the steps whose metrics are written: handed to the run's late
+    reader (``late_logs``) as a host number, or, without one, through Lightning's log, which
+    copies it to the GPU, a copy that waits."""
     task = TranslationModule(from_dict(tiny(trainer={"compile": True})), 120)
     assert isinstance(task._compiles, CompileCount)  # nothing compiles until a step runs
+    task.late_logs = late
     logged: list[tuple] = []
     monkeypatch.setattr(task, "log", lambda name, value, **kw: logged.append((name, value)),
                         raising=False)
+    terms = SimpleNamespace(loss_sum=torch.tensor(6.0), tokens=torch.tensor(3))
     for written in (False, True, False):
         task._trainer = SimpleNamespace(
             _logger_connector=SimpleNamespace(should_update_logs=written),
-            is_global_zero=True, global_step=0)
-        task.on_train_batch_end(None, {"tokens": torch.zeros(2, 3)}, 0)
-    assert logged == [("compile/compiles", 0.0)]
+            fit_loop=SimpleNamespace(_should_accumulate=lambda: False),
+            is_global_zero=True, global_step=0, world_size=1)
+        task._log_interval_loss(terms, {"tokens": torch.zeros(2, 3)})
+        logged += list(task.take_logged().items())
+    assert [(name, float(value)) for name, value in logged] == [
+        ("train/loss", 2.0), ("compile/compiles", 0.0)]
 
 
 # -- on a GPU: torch's own sync detector ----------------------------------------------------------

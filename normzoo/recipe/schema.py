@@ -96,6 +96,14 @@ class TrainerConfig(_Section):
         description="torch.compile the model's forward: true (= 'default') or a mode "
         "(opt-in: compiling takes minutes and pays off only on long runs)",
     )
+    compile_scope: Literal["auto", "layers", "model"] = Field(
+        default="auto",
+        description="with compile: 'model' compiles the model and its loss as one region; "
+        "'layers' each Transformer layer (once per layer class: every layer of a stack shares "
+        "its graph), the embeddings and final norms, the rest eager; 'auto': layers on a CPU "
+        "(measured) and on CUDA (not yet measured there), model elsewhere "
+        "(normzoo.tasks.compiled.AUTO_SCOPE)",
+    )
 
     @field_validator("max_time")
     @classmethod

@@ -21,7 +21,7 @@ not decide the result of a training step:
   its checkpoint), ``data.tokenizer.path`` (a moved tokenizer file; likewise);
 * how the same computation runs: ``model.attention_impl``, ``attention_backend``
   (:data:`COMPUTE_ONLY`),
-  ``trainer.compile``, ``trainer.accelerator``, ``data.num_workers``;
+  ``trainer.compile``, ``compile_scope``, ``trainer.accelerator``, ``data.num_workers``;
 * how the final test is decoded: ``eval.beam``, ``lenpen``, ``max_len_a``, ``max_len_b``,
   ``valid_bleu_limit`` (:data:`DECODING`) and ``average_last``; but not while the run
   monitors validation BLEU (translation with ``eval.valid_bleu``), whose values they change
@@ -106,7 +106,7 @@ RESUMABLE = frozenset({
     "trainer.val_every_steps", "trainer.log_every_steps", "trainer.progress_bar",
     "trainer.loggers", "trainer.keep_checkpoints", "trainer.slurm_requeue",
     "diagnostics.every_steps", "data.dir", "data.tokenizer.path", "data.num_workers",
-    "trainer.compile", "trainer.accelerator", "eval.average_last",
+    "trainer.compile", "trainer.compile_scope", "trainer.accelerator", "eval.average_last",
     *(f"model.{key}" for key in COMPUTE_ONLY), *DECODING,
 })
 RESUMABLE_SECTIONS = ("run.",)

@@ -57,15 +57,16 @@ class TaskModule(L.LightningModule):
         self.recipe = recipe
         # The task's model (a classifier adds its head to the assembled encoder).
         self.model = task_of(recipe).build_model(recipe, vocab_size)
-        # trainer.compile: the loss of a batch (model and loss, one region) compiled, not the
-        # model, so checkpoint keys stay unprefixed; decoding calls encode/decode, left eager.
+        # trainer.compile: the training and validation step compiled (trainer.compile_scope:
+        # each layer class a region, or the model and loss as one), never the module itself,
+        # so checkpoint keys stay unprefixed; decoding calls encode/decode, left eager.
         self._compiled: Callable[..., LossTerms] | None = None
         self._compiles: CompileCount | None = None
         if mode := self.recipe.trainer.compile:
             shapes = ladder_rungs(recipe.data)
             self._compiled = compile_step(self.loss_terms, mode, shapes)
             self._compiles = CompileCount()
-            self._expected_compiles = recompiles_expected(shapes)  # said past this many
+            self._expected_compiles = recompiles_expected(shapes, self._compiled)  # then said
         self.tokenizer_json = tokenizer_json
         # Training FLOPs per token, measured on this process's first batch (see flops_per_batch);
         # None until measured, or where the model cannot be measured.
@@ -97,18 +98,14 @@ class TaskModule(L.LightningModule):
         return self._compiled(compiled_inputs(batch, self.loss_inputs), smoothing)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Under ``trainer.compile``, log ``compile/compiles`` (TorchDynamo's compiles in this
-        process so far), and say on stderr why the model compiled again once it has compiled
-        more than a handful of times: each compile costs seconds to minutes, and one per batch
-        means the run pays compiling for nothing."""
+        """Under ``trainer.compile``, say on stderr why the model compiled again once it has
+        compiled more than a handful of times: each compile costs seconds to minutes, and one
+        per batch means the run pays compiling for nothing (``compile/compiles`` is logged with
+        the step's loss)."""
         if self._compiles is None:
             return
         fresh, reasons = self._compiles.new_since()
         total = self._compiles.compiles
-        # Only at the steps whose metrics are written: logged, a host number is copied to the
-        # GPU, and that copy waits for the step's kernels (handed to the run's loggers, none).
-        if self.trainer._logger_connector.should_update_logs:
-            self._write("compile/compiles", float(total), batch)
         if fresh and total > self._expected_compiles and self.trainer.is_global_zero:
             why = "; ".join(line.strip() for line in reasons) or "TorchDynamo gave no reason"
             print(f"trainer.compile: compiled again at step {self.trainer.global_step} "
@@ -191,6 +188,8 @@ class TaskModule(L.LightningModule):
         self._write("train/loss", loss_sum / count.clamp(min=1), batch)
         self._interval = (torch.zeros_like(self._interval[0]),
                           torch.zeros_like(self._interval[1]))
+        if self._compiles is not None:  # TorchDynamo's compiles in this process so far
+            self._write("compile/compiles", float(self._compiles.compiles), batch)
 
     # Whether the run reads this step's logged scalars late (its LateLogs callback: set by
     # whoever gives the Trainer one, as flops_read): they are then handed over, never logged
