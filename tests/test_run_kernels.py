@@ -46,7 +46,8 @@ def test_a_gpu_run_records_the_kernel_each_case_starts_with():
 
 def test_a_cpu_run_records_what_runs_there():
     assert kernel_record(_recipe("32-true"), "cpu") == {
-        "attention_backends": _every("sdpa (cpu)"), "optimizer_impl": "foreach"}
+        "attention_backends": _every("sdpa (cpu)"), "optimizer_impl": "fused"}
+    assert kernel_record(_recipe("16-mixed"), "cpu")["optimizer_impl"] == "foreach"
     # bf16 on a CPU takes the explicit path (its SDPA backward is slow there)
     assert attention_backends(_recipe("bf16-mixed"), "cpu") == _every("explicit")
     assert attention_backends(_recipe("bf16-mixed", attention_impl="sdpa"), "cpu") == \
@@ -69,5 +70,5 @@ def test_summary_json_records_the_kernels_of_a_cpu_run(tmp_path, monkeypatch, ca
     train.run(from_dict(tiny(run={"dir": str(run_dir)})), "tiny.yaml")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["attention_backends"] == _every("sdpa (cpu)")
-    assert summary["optimizer_impl"] == "foreach"
+    assert summary["optimizer_impl"] == "fused"  # AdamW's fused kernel on a CPU too
     assert "kernels:" not in capsys.readouterr().err  # said on a GPU only
